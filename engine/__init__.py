@@ -1,0 +1,27 @@
+"""Lanechat's engine: the public API the app uses (and nothing else)."""
+from . import paths
+from .engine import Engine, EngineInfo, Usage
+from .errors import BackendError, LanechatError, ModelError, PlanError, RequestError
+from .events import Event, Failed, Finished, Queued, Started, Token
+from .plan import Plan, plan
+from .scheduler import Snapshot
+from .settings import EngineSettings, SamplingParams
+
+
+def default_model_path():
+    """Where the embedded default model lives (it may not be fetched yet)."""
+    from .fetch import default_model_path as path
+    return path()
+
+
+def describe_model(path: str | None) -> str:
+    """One line about a model file or folder; ModelError with the loader's message if it is unusable."""
+    from .loader import describe
+    return describe(path)
+
+
+__all__ = [
+    "paths", "Engine", "EngineInfo", "Usage", "BackendError", "LanechatError", "ModelError", "PlanError",
+    "RequestError", "Event", "Failed", "Finished", "Queued", "Started", "Token", "Plan", "plan", "Snapshot",
+    "EngineSettings", "SamplingParams", "default_model_path", "describe_model",
+]

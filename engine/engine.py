@@ -1,0 +1,214 @@
+"""Engine: one thread owns the model, the KV store and every GPU call; requests come in by a queue.
+
+`Runner` is the same machinery without the thread (CLI, gates, bench): load once, build schedulers.
+"""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import traceback
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import LanechatError, RequestError
+from .events import Event, Finished
+from .models import build
+from .plan import Plan, make_plan
+from .scheduler import Scheduler, Sequence, Snapshot
+from .settings import EngineSettings, SamplingParams
+
+Progress = Callable[[str, float], None]
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    model_name: str
+    backend: str
+    device: str
+    plan_line: str
+    pages_total: int
+    context: int
+    parallel: int
+
+
+@dataclass(frozen=True)
+class Usage:
+    pages_used: int
+    pages_total: int
+    active: int
+    waiting: int
+
+
+class Runner:
+    """A loaded model on a backend; makes schedulers for any KV settings (same weights)."""
+
+    def __init__(self, settings: EngineSettings, progress: Progress | None = None, log=print):
+        from .ops import get_backend
+        settings.validate()
+        say = progress or (lambda msg, frac: None)
+        self.backend = get_backend(settings.backend, log=log)
+        say("reading the model", 0.05)
+        if settings.model and settings.model.startswith("synthetic:"):
+            from .synthetic import synthetic
+            self.loaded = synthetic(settings.model.split(":", 1)[1])
+        else:
+            from .loader import load_model
+            self.loaded = load_model(settings.model, progress)
+        self.tokenizer = self.loaded.tokenizer
+        say(f"preparing weights on {self.backend.device}", 0.6)
+        self.model = build(self.loaded, self.backend)
+        self.backend.synchronize()
+        say("ready", 1.0)
+
+    def plan(self, settings: EngineSettings) -> Plan:
+        # Weights are already in memory: the budget is a share of what is free now.
+        return make_plan(self.loaded.config, settings, self.backend.free_memory(), 0)
+
+    def scheduler(self, settings: EngineSettings) -> Scheduler:
+        return Scheduler(settings, self.plan(settings), self.model, self.backend, self.tokenizer)
+
+    def sequence(self, rid: int, settings: EngineSettings, messages: list[dict] | None, sampling: SamplingParams | None,
+                 on_event: Callable[[Event], None], prompt_ids: list[int] | None = None,
+                 resume: Snapshot | None = None, snapshot_at_end: bool = False) -> Sequence:
+        """Tokenize and check a request before any work; RequestError when it cannot run."""
+        params = (sampling or settings.sampling).validate()
+        if resume is not None:
+            ids = list(resume.tokens)
+            prompt_len = resume.prompt_len
+            if resume.kv_dtype != settings.kv_dtype:
+                raise RequestError(f"snapshot holds {resume.kv_dtype} KV, the engine runs {settings.kv_dtype}")
+        else:
+            ids = list(prompt_ids) if prompt_ids is not None else self.tokenizer.encode_chat(messages or [])
+            prompt_len = len(ids)
+        if not ids:
+            raise RequestError("empty prompt")
+        if len(ids) >= settings.context:
+            raise RequestError(f"prompt of {len(ids)} tokens does not fit the context of {settings.context} tokens; "
+                               "shorten the conversation or raise the context in settings")
+        if max(ids) >= self.loaded.config.vocab or min(ids) < 0:
+            raise RequestError(f"token id out of the model's vocabulary (0..{self.loaded.config.vocab - 1})")
+        detok = self.tokenizer.stream()
+        for t in ids[prompt_len:]:
+            detok.push(t)  # a resumed stream's text so far primes the detokenizer
+        return Sequence(rid, ids, prompt_len, params, on_event, detok, snapshot_at_end, resume)
+
+
+class Engine:
+    """The app's engine: start, submit/cancel from any thread, events back through callbacks."""
+
+    def __init__(self, settings: EngineSettings, log: Callable[[str], None] = print):
+        self.settings = settings.validate()
+        self.log = log
+        self._inbox: queue.Queue = queue.Queue()
+        self._ids = itertools.count(1)
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._usage = Usage(0, 0, 0, 0)
+        self.info: EngineInfo | None = None
+        self.runner: Runner | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self, progress: Progress | None = None) -> None:
+        """Load the model on the engine thread; blocks until ready, raises LanechatError on failure."""
+        self._thread = threading.Thread(target=self._main, args=(progress,), name="lanechat-engine", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+
+    def shutdown(self) -> None:
+        if self._thread and self._thread.is_alive():
+            self._inbox.put(("stop",))
+            self._thread.join()
+
+    # --- requests (any thread) ------------------------------------------------------------
+    def submit(self, messages: list[dict] | None, sampling: SamplingParams | None = None,
+               on_event: Callable[[Event], None] = lambda e: None, prompt_ids: list[int] | None = None,
+               resume: Snapshot | None = None, snapshot_at_end: bool = False) -> int:
+        if self.runner is None:
+            raise RequestError("the engine is not running")
+        rid = next(self._ids)
+        seq = self.runner.sequence(rid, self.settings, messages, sampling, on_event, prompt_ids, resume, snapshot_at_end)
+        self._inbox.put(("add", seq))
+        return rid
+
+    def cancel(self, rid: int) -> None:
+        self._inbox.put(("cancel", rid))
+
+    def usage(self) -> Usage:
+        return self._usage
+
+    def snapshot(self, rid: int) -> Snapshot | None:
+        """The state a finished `snapshot_at_end` request left (taken once)."""
+        box: queue.Queue = queue.Queue()
+        self._inbox.put(("snapshot", rid, box))
+        return box.get()
+
+    # --- the thread -----------------------------------------------------------------------
+    def _main(self, progress: Progress | None) -> None:
+        try:
+            self.runner = Runner(self.settings, progress, self.log)
+            sched = self.runner.scheduler(self.settings)
+        except LanechatError as e:
+            self._error = e
+        except Exception as e:  # a loader bug must still reach the user as one line
+            self._error = LanechatError(f"could not start the engine: {type(e).__name__}: {e}")
+            traceback.print_exc()
+        if self._error is not None:
+            self._ready.set()
+            return
+        b, lm = self.runner.backend, self.runner.loaded
+        self.info = EngineInfo(lm.name, b.name, b.device, sched.plan.line, sched.plan.pages_total,
+                               self.settings.context, self.settings.parallel)
+        self.log(sched.plan.line)
+        self._ready.set()
+        self._loop(sched)
+
+    def _loop(self, sched: Scheduler) -> None:
+        while True:
+            try:
+                cmd = self._inbox.get(block=not sched.busy)
+            except queue.Empty:
+                cmd = None
+            while cmd is not None:
+                if cmd[0] == "stop":
+                    sched.cancel_all()
+                    return
+                if cmd[0] == "add":
+                    sched.add(cmd[1])
+                elif cmd[0] == "cancel":
+                    sched.cancel(cmd[1])
+                elif cmd[0] == "snapshot":
+                    cmd[2].put(sched.snapshots.pop(cmd[1], None))
+                try:
+                    cmd = self._inbox.get_nowait()
+                except queue.Empty:
+                    cmd = None
+            if sched.busy:
+                try:
+                    sched.step()
+                except Exception as e:
+                    traceback.print_exc()
+                    for seq in list(sched.active):
+                        sched.fail(seq, f"engine error: {type(e).__name__}: {e}")
+            self._usage = Usage(sched.lanes.pages_used(), sched.lanes.total_pages, len(sched.active), len(sched.waiting))
+
+
+def run_to_end(sched: Scheduler, seqs: list[Sequence]) -> dict[int, Finished]:
+    """Drive a scheduler on this thread until every sequence finished (CLI, gates, bench)."""
+    done: dict[int, Finished] = {}
+    for seq in seqs:
+        inner = seq.on_event
+
+        def on_event(e, inner=inner):
+            if isinstance(e, Finished):
+                done[e.request_id] = e
+            inner(e)
+        seq.on_event = on_event
+        sched.add(seq)
+    while sched.busy:
+        sched.step()
+    return done

@@ -1,0 +1,49 @@
+"""What a request tells its caller, from the engine thread, through `on_event`.
+
+Callbacks run on the engine thread: keep them short and hand off (the app posts Qt signals).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Queued:
+    """Waiting for a free stream (more requests than `parallel`) or for pool pages."""
+    request_id: int
+    ahead: int  # requests ahead of this one
+    reason: str = "waiting for a free stream"
+
+
+@dataclass(frozen=True)
+class Started:
+    request_id: int
+    stream: int
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class Token:
+    request_id: int
+    token_id: int
+    text: str  # the text this token completes (may be empty inside a multi-byte character)
+
+
+@dataclass(frozen=True)
+class Finished:
+    request_id: int
+    reason: str  # "eos" | "stop" | "length" | "cancelled"
+    text: str
+    tokens: int
+    prompt_tokens: int
+    prompt_tps: float
+    decode_tps: float
+
+
+@dataclass(frozen=True)
+class Failed:
+    request_id: int
+    message: str
+
+
+Event = Queued | Started | Token | Finished | Failed

@@ -1,0 +1,161 @@
+"""The exactness gates: greedy (and sampled) output must not depend on paging, page size, company
+or interruption. Every arm runs the same prompts; token ids are compared as SHA-256.
+
+Per arm: solo prompts (chat prompts plus prompts ending at, just after and well past a page
+boundary), the same prompts concurrently 1/2/4/8 at a time, and resumes (a stream stopped mid-way,
+snapshotted, and continued on another lane). The reference is the contiguous arm (paging off).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from .engine import Runner, run_to_end
+from .errors import LanechatError
+from .settings import EngineSettings, SamplingParams
+
+CHATS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain recursion to a child in two sentences.",
+    "List three prime numbers greater than 100.",
+    "def fib(n):\n    # complete this function",
+    "Translate 'good morning' into German, Spanish and Italian.",
+    "Why is the sky blue?",
+    "Summarize the plot of Hamlet in one line.",
+    "Give me a short packing list for a weekend hike.",
+    "What does HTTP 404 mean?",
+]
+FILLER = ("The quick brown fox jumps over the lazy dog while the committee reviews its quarterly numbers, "
+          "and every page of the report carries a footnote about memory, latency and bandwidth. ")
+
+# (name, paging, page_tokens): the reference first.
+ARMS = [("contiguous", "off", 256), ("pages p16", "pages", 16), ("pages p256", "pages", 256),
+        ("all p16", "all", 16), ("all p256", "all", 256)]
+QUICK_ARMS = [ARMS[0], ARMS[1], ARMS[3]]
+GROUPS = (1, 2, 4, 8)
+
+
+def sha(tokens: list[int]) -> str:
+    return hashlib.sha256(np.asarray(tokens, np.int32).tobytes()).hexdigest()
+
+
+def prompt_set(runner: Runner, chats: list[list[dict]], context: int, max_tokens: int) -> list[list[int]]:
+    """Chat prompts as ids, plus id prompts ending at, just after and well past page boundaries."""
+    tok = runner.tokenizer
+    prompts = [tok.encode_chat(c) for c in chats]
+    long = tok.encode_chat([{"role": "user", "content": FILLER * 40}])
+    for p in (16, 256):
+        for n in (p, p + 1, 2 * p + p // 2):
+            if n + max_tokens < context:
+                prompts.append(long[:n])
+    return prompts
+
+
+def run_arm(runner: Runner, s: EngineSettings, prompts: list[list[int]], max_tokens: int) -> dict[tuple, str]:
+    """Every output of one arm, keyed ('solo', i), ('conc', n, i), ('resume', i), ('sampled', ...)."""
+    sched = runner.scheduler(s)
+    greedy = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    hot = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_tokens=max_tokens, seed=1234, ignore_eos=True)
+    out: dict[tuple, str] = {}
+    rid = iter(range(1, 1 << 30))
+
+    def go(ids: list[list[int]], params: SamplingParams, **kw) -> list:
+        seqs = [runner.sequence(next(rid), s, None, params, lambda e: None, p, **kw) for p in ids]
+        run_to_end(sched, seqs)
+        return seqs
+
+    for i, p in enumerate(prompts):
+        out[("solo", i)] = sha(go([p], greedy)[0].tokens)
+    for n in GROUPS:
+        for i, seq in enumerate(go(prompts[:n], greedy)):
+            out[("conc", n, i)] = sha(seq.tokens)
+    # Resumes: stop half-way with a snapshot, continue from it on whichever lane is free.
+    half = replace(greedy, max_tokens=max_tokens // 2)
+    for i, p in enumerate(prompts[: len(prompts) // 2]):
+        first = go([p], half, snapshot_at_end=True)[0]
+        snap = sched.snapshots.pop(first.id)
+        out[("resume", i)] = sha(go([None], greedy, resume=snap)[0].tokens)
+    for i, seq in enumerate(go(prompts[:4], hot)):
+        out[("sampled", i)] = sha(seq.tokens)
+    return out
+
+
+def compare(ref: dict, arms: dict[str, dict]) -> dict[str, tuple[int, int]]:
+    """Gate rows: (passed, total) over the arms each row speaks of."""
+    rows: dict[str, list[bool]] = {}
+
+    def add(row: str, ok: bool) -> None:
+        rows.setdefault(row, []).append(ok)
+
+    for name, out in arms.items():
+        for key, h in out.items():
+            kind = key[0]
+            if kind == "solo":
+                if name != "contiguous":
+                    add(f"{name.split()[0]} == contiguous (solo)", h == ref[key])
+            elif kind == "conc":
+                add("concurrent 1/2/4/8 == solo", h == ref[("solo", key[2])])
+            elif kind == "resume":
+                add("resumed == uninterrupted", h == ref[("solo", key[1])])
+            elif kind == "sampled":
+                add("sampled T 1.0: every arm == contiguous", h == ref[key])
+    return {row: (sum(v), len(v)) for row, v in rows.items()}
+
+
+def run(settings: EngineSettings, chats: list[list[dict]], max_tokens: int, quick: bool, log=print):
+    """The table as {column: {row: (passed, total)}} for bf16 and fp8 KV."""
+    runner = Runner(settings, log=log)
+    arms = QUICK_ARMS if quick else ARMS
+    prompts = prompt_set(runner, chats, settings.context, max_tokens)
+    table = {}
+    for dtype in ("bf16", "fp8"):
+        outs = {}
+        for name, paging, page in arms:
+            t = time.perf_counter()
+            s = replace(settings, kv_dtype=dtype, paging=paging, page_tokens=page)
+            outs[name] = run_arm(runner, s, prompts, max_tokens)
+            log(f"gates: {runner.loaded.name} {dtype} {name}: {len(outs[name])} outputs in {time.perf_counter() - t:.1f} s")
+        table[f"{runner.loaded.name} {dtype}"] = compare(outs["contiguous"], outs)
+    return table
+
+
+def render(table: dict) -> str:
+    cols = list(table)
+    rows = list(dict.fromkeys(r for col in table.values() for r in col))
+    lines = ["gate\t" + "\t".join(cols)]
+    for r in rows:
+        lines.append(r + "\t" + "\t".join("%d/%d" % table[c].get(r, (0, 0)) for c in cols))
+    return "\n".join(lines)
+
+
+def passed(table: dict) -> bool:
+    return all(p == t and t > 0 for col in table.values() for p, t in col.values())
+
+
+def load_chats(path: str | None) -> list[list[dict]]:
+    if not path:
+        return [[{"role": "user", "content": c}] for c in CHATS]
+    try:
+        raw = json.loads(open(path).read())
+    except (OSError, ValueError) as e:
+        raise LanechatError(f"{path}: not a readable JSON prompt file ({e})") from None
+    ok = isinstance(raw, list) and raw and all(
+        isinstance(c, list) and c and all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in c) for c in raw)
+    if not ok:
+        raise LanechatError(f"{path}: expected a JSON list of conversations, each a list of {{role, content}}")
+    return raw
+
+
+def main(a) -> int:
+    s = EngineSettings(model=a.model, backend=a.backend, parallel=8, context=a.context, memory_gib=None).validate()
+    table = run(s, load_chats(a.prompts), a.max_tokens, a.quick, log=lambda m: print(m, file=sys.stderr))
+    print(render(table))
+    ok = passed(table)
+    print("gates: " + ("every cell passes" if ok else "FAILED"), file=sys.stderr)
+    return 0 if ok else 1

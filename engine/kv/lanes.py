@@ -1,0 +1,85 @@
+"""Lanes: one per stream, each with a page table. A window is a lane whose pages are fixed.
+
+Layout of the KV arrays: the windows' pages first (lane i's window is one contiguous run), then the
+pool. Modes: `off` every lane a window; `pages` lane 0 (the engine's own) a window, the rest on the
+pool; `all` every lane on the pool, with one window's worth of pages set aside for lane 0.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .pool import PagePool
+
+
+@dataclass
+class Lane:
+    index: int
+    window: bool
+    pages: list[int] = field(default_factory=list)
+    busy: bool = False
+
+
+class Lanes:
+    def __init__(self, parallel: int, context: int, page_tokens: int, mode: str, pool_pages: int):
+        self.page_tokens, self.mode = page_tokens, mode
+        self.window_pages = -(-context // page_tokens)
+        windowed = {"off": parallel, "pages": 1, "all": 0}[mode]
+        self.lanes = [Lane(i, i < windowed) for i in range(parallel)]
+        for lane in self.lanes[:windowed]:
+            lane.pages = list(range(lane.index * self.window_pages, (lane.index + 1) * self.window_pages))
+        self.pool = PagePool(windowed * self.window_pages, pool_pages)
+        self.reserve = self.window_pages if mode == "all" else 0
+
+    @property
+    def total_pages(self) -> int:
+        return self.pool.first + self.pool.count
+
+    def acquire(self) -> Lane | None:
+        """The lowest free lane: a lone request always runs as the engine's own stream."""
+        for lane in self.lanes:
+            if not lane.busy:
+                lane.busy = True
+                return lane
+        return None
+
+    def available(self, lane: Lane) -> int:
+        """Pool pages this lane may still take (others must leave lane 0's reserve alone)."""
+        if lane.index == 0:
+            return self.pool.free
+        return self.pool.free - max(0, self.reserve - len(self.lanes[0].pages))
+
+    def pages_for(self, tokens: int) -> int:
+        return -(-tokens // self.page_tokens)
+
+    def ensure(self, lane: Lane, tokens: int) -> bool:
+        """Give the lane pages for `tokens` positions; False (nothing taken) if the pool is short."""
+        if lane.window:
+            return tokens <= len(lane.pages) * self.page_tokens
+        need = self.pages_for(tokens) - len(lane.pages)
+        if need <= 0:
+            return True
+        if need > self.available(lane):
+            return False
+        lane.pages.extend(self.pool.alloc() for _ in range(need))
+        return True
+
+    def can_fit(self, lane_index: int, tokens: int) -> bool:
+        lane = self.lanes[lane_index]
+        return lane.window or self.pages_for(tokens) - len(lane.pages) <= self.available(lane)
+
+    def release(self, lane: Lane) -> None:
+        if not lane.window:
+            self.pool.release(lane.pages)
+            lane.pages = []
+        lane.busy = False
+
+    def table(self, lane: Lane) -> np.ndarray:
+        """The lane's page table padded to a window's length (padding is never read)."""
+        t = np.zeros(self.window_pages, np.int32)
+        t[: len(lane.pages)] = lane.pages
+        return t
+
+    def pages_used(self) -> int:
+        return self.pool.used + sum(len(l.pages) for l in self.lanes if l.window and l.busy)

@@ -1,0 +1,136 @@
+"""Llama: RMSNorm, GQA attention with NeoX RoPE, SwiGLU MLP. The base the other decoders extend."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..rows import Rows
+from ..weights import Affine, Model, Tensor
+
+
+def fuse(ws: list[Tensor]) -> Tensor:
+    """Concatenate weights along the output dim so one GEMV reads them in one pass."""
+    if all(isinstance(w, np.ndarray) for w in ws):
+        return np.concatenate([w.astype(np.float32) for w in ws], axis=-2)
+    if all(isinstance(w, Affine) for w in ws) and len({(w.bits, w.group, w.scales.dtype) for w in ws}) == 1:
+        cat = lambda name: np.concatenate([getattr(w, name) for w in ws], axis=-2)
+        return Affine(cat("packed"), cat("scales"), cat("biases"), ws[0].bits, ws[0].group)
+    return None  # mixed formats: keep them apart
+
+
+class Llama:
+    def __init__(self, model: Model, backend):
+        self.cfg, self.b = model.config, backend
+        c, W, p = self.cfg, model.weights, backend.prepare
+        self.embed = p(W["embed_tokens"], "embed")
+        self.lm_head = self.embed if c.tie_embeddings or "lm_head" not in W else p(W["lm_head"])
+        self.norm = p(W["norm"], "norm")
+        self.attn_index = {layer: i for i, layer in enumerate(c.attention_layers)}
+        self.layers = [self.load_layer(W, i) for i in range(c.layers)]
+
+    # --- weights ---------------------------------------------------------------------------
+    def load_layer(self, W: dict, i: int) -> dict:
+        pre, p = f"layers.{i}.", self.b.prepare
+        layer = {"in_norm": p(W[pre + "input_layernorm"], "norm"),
+                 "post_norm": p(W[pre + "post_attention_layernorm"], "norm")}
+        layer.update(self.load_attention(W, pre + "self_attn."))
+        layer.update(self.load_mlp(W, pre + "mlp."))
+        return layer
+
+    def load_attention(self, W: dict, pre: str) -> dict:
+        qkv = fuse([W[pre + "q_proj"], W[pre + "k_proj"], W[pre + "v_proj"]])
+        out = {"o": self.b.prepare(W[pre + "o_proj"])}
+        if qkv is not None:
+            out["qkv"] = self.b.prepare(qkv)
+        else:
+            out.update(q=self.b.prepare(W[pre + "q_proj"]), k=self.b.prepare(W[pre + "k_proj"]),
+                       v=self.b.prepare(W[pre + "v_proj"]))
+        return out
+
+    def load_mlp(self, W: dict, pre: str) -> dict:
+        gu = fuse([W[pre + "gate_proj"], W[pre + "up_proj"]])
+        out = {"down": self.b.prepare(W[pre + "down_proj"])}
+        if gu is not None:
+            out["gate_up"] = self.b.prepare(gu)
+        else:
+            out.update(gate=self.b.prepare(W[pre + "gate_proj"]), up=self.b.prepare(W[pre + "up_proj"]))
+        return out
+
+    # --- recurrent state (none here; hybrid models keep one per lane) --------------------
+    def allocate_state(self, lanes: int) -> None:
+        pass
+
+    def reset_state(self, lane: int) -> None:
+        pass
+
+    def read_state(self, lane: int) -> list:
+        return []
+
+    def write_state(self, lane: int, state: list) -> None:
+        pass
+
+    # --- forward ---------------------------------------------------------------------------
+    def forward(self, rows: Rows, cache):
+        """Logits (backend array [len(rows.want), vocab]) for the wanted rows."""
+        b, c = self.b, self.cfg
+        x = b.embed(self.embed, b.asarray(rows.tokens))
+        residual = None
+        for i, layer in enumerate(self.layers):
+            if residual is None:
+                h, residual = b.rmsnorm(x, layer["in_norm"], c.rms_eps), x
+            else:
+                h, residual = b.add_rmsnorm(x, residual, layer["in_norm"], c.rms_eps)
+            x = self.mixer(i, layer, h, rows, cache)
+            h, residual = b.add_rmsnorm(x, residual, layer["post_norm"], c.rms_eps)
+            x = self.mlp(layer, h, rows)
+        h, _ = b.add_rmsnorm(x, residual, self.norm, c.rms_eps)
+        return self.head(h[b.asarray(rows.want)] if len(rows.want) != len(rows) else h)
+
+    def head(self, h):
+        return self.b.linear(h, self.lm_head)
+
+    def mixer(self, i: int, layer: dict, h, rows: Rows, cache):
+        return self.attention(self.attn_index[i], layer, h, rows, cache)
+
+    def project(self, layer: dict, h, rows: Rows, names: tuple[str, str, str]):
+        """q, k, v projections of h (one fused GEMV where the formats allow)."""
+        b = self.b
+        if "qkv" in layer:
+            out = b.linear(h, layer["qkv"], rows.pad_to)
+            sizes = [self.q_width(), self.cfg.kv_heads * self.cfg.head_dim]
+            return out[:, : sizes[0]], out[:, sizes[0]: sizes[0] + sizes[1]], out[:, sizes[0] + sizes[1]:]
+        return tuple(b.linear(h, layer[n], rows.pad_to) for n in names)
+
+    def q_width(self) -> int:
+        return self.cfg.heads * self.cfg.head_dim
+
+    def qk(self, layer: dict, q, k, rows: Rows):
+        """Per-head q and k with RoPE applied."""
+        b, c = self.b, self.cfg
+        pos = b.asarray(rows.positions)
+        return b.rope(q, pos, c.rope_theta, c.rotary_dim), b.rope(k, pos, c.rope_theta, c.rotary_dim)
+
+    def attention(self, li: int, layer: dict, h, rows: Rows, cache):
+        b, c, n = self.b, self.cfg, len(rows)
+        q, k, v = self.project(layer, h, rows, ("q", "k", "v"))
+        q, gate = self.split_gate(q, n)
+        q, k = self.qk(layer, q, k.reshape(n, c.kv_heads, c.head_dim), rows)
+        v = v.reshape(n, c.kv_heads, c.head_dim)
+        # New keys go into the cache before attention reads them: one arithmetic for all arms.
+        b.kv_write(cache, li, k, v, rows.tables, rows.positions)
+        o = b.attention(q, cache, li, rows.tables, rows.positions, rows.prompt).reshape(n, -1)
+        if gate is not None:
+            o = b.sigmoid_mul(o, gate)
+        return b.linear(o, layer["o"], rows.pad_to)
+
+    def split_gate(self, q, n: int):
+        return q.reshape(n, self.cfg.heads, self.cfg.head_dim), None
+
+    def mlp(self, layer: dict, h, rows: Rows):
+        b = self.b
+        if "gate_up" in layer:
+            gu = b.linear(h, layer["gate_up"], rows.pad_to)
+            half = gu.shape[1] // 2
+            g, u = gu[:, :half], gu[:, half:]
+        else:
+            g, u = b.linear(h, layer["gate"], rows.pad_to), b.linear(h, layer["up"], rows.pad_to)
+        return b.linear(b.silu_mul(g, u), layer["down"], rows.pad_to)

@@ -1,0 +1,137 @@
+"""The memory plan: how many pages, windows and state bytes the settings need, and the startup line.
+
+Computed from the model config and the settings alone (no weights), so the settings dialog can show
+it live. The default budget leaves most free memory alone: on a GB10 the GPU's memory is the
+desktop's too.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import ModelConfig
+from .errors import LanechatError, PlanError
+from .settings import EngineSettings
+
+GIB = 1 << 30
+DEFAULT_FRACTION = 0.5  # of the memory free after the weights, at most
+
+
+@dataclass
+class Plan:
+    line: str
+    fits: bool
+    error: str | None = None
+    mode: str = "pages"
+    parallel: int = 0
+    context: int = 0
+    page_tokens: int = 0
+    page_bytes: int = 0
+    window_pages: int = 0  # pages in one window (= one context)
+    windows: int = 0  # lanes with a window of their own
+    pool_pages: int = 0
+    state_bytes: int = 0
+    kv_bytes: int = 0  # windows + pool
+    budget_bytes: int = 0
+
+    @property
+    def pages_total(self) -> int:
+        return self.windows * self.window_pages + self.pool_pages
+
+    @property
+    def total_bytes(self) -> int:
+        return self.kv_bytes + self.state_bytes
+
+
+def system_free_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            info = {l.split(":")[0]: int(l.split()[1]) * 1024 for l in f}
+        return info["MemAvailable"]
+    except (OSError, KeyError, ValueError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None, weight_bytes: int = 0) -> Plan:
+    """Raises PlanError with the setting to change when the settings cannot work."""
+    s.validate()
+    if s.context > cfg.max_position:
+        raise PlanError(f"context {s.context} is beyond the model's maximum of {cfg.max_position} tokens")
+    P, n = s.page_tokens, s.parallel
+    W = -(-s.context // P)
+    page_bytes = P * cfg.kv_bytes_per_token(s.kv_dtype)
+    state = n * cfg.state_bytes_per_stream()
+    windows = {"off": n, "pages": 1, "all": 0}[s.paging]
+    pool_lanes = n - windows
+    need_pool = pool_lanes * W
+    fixed = windows * W * page_bytes + state
+    if s.memory_gib is not None:
+        budget = int(s.memory_gib * GIB)
+        source = f"--memory-gib {s.memory_gib:g}"
+    else:
+        free = system_free_bytes() if free_bytes is None else free_bytes
+        budget = int(max(0, free - weight_bytes) * DEFAULT_FRACTION)
+        source = f"the default budget ({gib(budget)}, half of what is free after the weights)"
+    min_pool = W if pool_lanes else 0  # a pool lane must be able to hold one whole context
+    if budget < fixed + min_pool * page_bytes:
+        raise PlanError(
+            f"{source} is too small for {n} stream(s) of {s.context} tokens: one context needs "
+            f"{gib(fixed + min_pool * page_bytes)}; lower context or parallel, use fp8 KV, or raise the memory budget")
+    pool = min(need_pool, (budget - fixed) // page_bytes) if page_bytes else need_pool
+    p = Plan(line="", fits=True, mode=s.paging, parallel=n, context=s.context, page_tokens=P,
+             page_bytes=page_bytes, window_pages=W, windows=windows, pool_pages=pool,
+             state_bytes=state, kv_bytes=(windows * W + pool) * page_bytes, budget_bytes=budget)
+    p.line = plan_line(p)
+    return p
+
+
+def plan_line(p: Plan) -> str:
+    """The seed's words: `plan: the engine's own and 7 more on 1039 pages (16.23 GiB), no window`."""
+    pool = f"{p.pool_pages} pages ({gib(p.pool_pages * p.page_bytes)})"
+    window = gib(p.window_pages * p.page_bytes)
+    others = p.parallel - 1
+    if p.mode == "all":
+        who = "the engine's own" + (f" and {others} more" if others else "")
+        line = f"plan: {who} on {pool}, no window"
+    elif p.mode == "pages":
+        line = f"plan: the engine's own window ({window})" + (f" and {others} more on {pool}" if others else ", no pages")
+    else:
+        line = f"plan: {p.parallel} window{'s' if p.parallel > 1 else ''} of {p.context} tokens ({gib(p.kv_bytes)}), no pages"
+    if p.state_bytes:
+        line += f", recurrent state {gib(p.state_bytes)}"
+    return line
+
+
+def model_config(model: str | None) -> ModelConfig:
+    """The config of a model path, the default model (None) or `synthetic:NAME`, without weights."""
+    if model and model.startswith("synthetic:"):
+        from .synthetic import config_for
+        return config_for(model.split(":", 1)[1])[0]
+    from .loader import load_config
+    return load_config(model)
+
+
+def weights_bytes(model: str | None) -> int:
+    """Bytes of weights on disk (a fair estimate of their size in memory, quantized or not)."""
+    from .fetch import default_model_path
+    if model and model.startswith("synthetic:"):
+        return 0
+    path = Path(model) if model else default_model_path()
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.glob("*.safetensors"))
+    return path.stat().st_size if path.exists() else 0
+
+
+def plan(settings: EngineSettings, free_bytes: int | None = None) -> Plan:
+    """The plan for these settings, reading only the model's config; never raises for bad settings
+    or a bad model: the Plan then has fits=False and the error line."""
+    try:
+        cfg = model_config(settings.model)
+        return make_plan(cfg, settings, free_bytes, weights_bytes(settings.model))
+    except LanechatError as e:
+        return Plan(line=f"plan: does not fit: {e}", fits=False, error=str(e))

@@ -1,0 +1,28 @@
+"""Rows: what one forward call computes — tokens at absolute positions, each in its lane."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Rows:
+    tokens: np.ndarray  # int32 [n]
+    positions: np.ndarray  # int32 [n] absolute positions
+    tables: np.ndarray  # int32 [n, max_pages]: the page table of each row's lane
+    lanes: np.ndarray  # int32 [n]: lane index (recurrent state slot) of each row
+    prompt: bool  # True: one lane's prompt chunk; False: decode rows, one per lane
+    pad_to: int = 0  # prompt chunks run GEMMs at this fixed row count
+    want: np.ndarray | None = None  # rows whose logits are needed (None: all)
+
+    def __post_init__(self) -> None:
+        self.tokens = np.ascontiguousarray(self.tokens, dtype=np.int32)
+        self.positions = np.ascontiguousarray(self.positions, dtype=np.int32)
+        self.tables = np.ascontiguousarray(self.tables, dtype=np.int32)
+        self.lanes = np.ascontiguousarray(self.lanes, dtype=np.int32)
+        if self.want is None:
+            self.want = np.arange(len(self.tokens), dtype=np.int32)
+
+    def __len__(self) -> int:
+        return len(self.tokens)

@@ -1,0 +1,260 @@
+"""Scheduler: streams on lanes; each step admits, runs prompt chunks, one batched decode, samples, emits.
+
+A sequence's tokens are prompt + generated; `computed` of them have K/V in its lane. Prompt chunks
+start at absolute multiples of the chunk size, so a prompt is cut the same way whatever else runs.
+Runs on the engine thread (or the caller's, for the CLI and the gates): no locking here.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .events import Event, Failed, Finished, Queued, Started, Token
+from .kv import Lane, Lanes
+from .plan import Plan
+from .rows import Rows
+from .sampling import sample
+from .settings import EngineSettings, SamplingParams
+
+
+@dataclass
+class Snapshot:
+    """A stream stopped between steps: its tokens, its K/V rows and recurrent state, on the host."""
+    tokens: list[int]
+    prompt_len: int
+    kv: list  # per attention layer: (k rows, v rows[, k scales, v scales]) as host arrays
+    state: list  # per recurrent layer: host arrays (model-defined)
+    kv_dtype: str
+
+
+@dataclass
+class Sequence:
+    id: int
+    tokens: list[int]  # prompt + generated
+    prompt_len: int
+    params: SamplingParams
+    on_event: Callable[[Event], None]
+    detok: object
+    snapshot_at_end: bool = False
+    resume: Snapshot | None = None
+    lane: Lane | None = None
+    computed: int = 0
+    text: str = ""
+    emitted: int = 0  # characters of `text` already sent
+    t_start: float = 0.0
+    t_first: float = 0.0
+    prompt_done: bool = False
+
+    @property
+    def generated(self) -> int:
+        return len(self.tokens) - self.prompt_len
+
+    @property
+    def target(self) -> int:
+        """Positions to compute before decoding: all but the last sampled token (not yet fed)."""
+        return len(self.tokens) - (1 if self.generated else 0)
+
+
+class Scheduler:
+    def __init__(self, settings: EngineSettings, plan: Plan, model, backend, tokenizer):
+        self.s, self.plan, self.model, self.b, self.tok = settings, plan, model, backend, tokenizer
+        self.lanes = Lanes(settings.parallel, settings.context, settings.page_tokens, settings.paging, plan.pool_pages)
+        cfg = model.cfg
+        # One page past the last is scratch: padding rows of a captured decode batch write there.
+        self.scratch_page = self.lanes.total_pages
+        self.cache = backend.kv_cache(len(cfg.attention_layers), self.lanes.total_pages + 1, settings.page_tokens,
+                                      cfg.kv_heads, cfg.head_dim, settings.kv_dtype)
+        model.allocate_state(settings.parallel)
+        self.waiting: deque[Sequence] = deque()
+        self.active: list[Sequence] = []
+        self.snapshots: dict[int, Snapshot] = {}
+
+    # --- requests ------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+        if len(self.active) >= len(self.lanes.lanes):
+            seq.on_event(Queued(seq.id, len(self.waiting) - 1))
+
+    def cancel(self, rid: int) -> None:
+        for seq in list(self.waiting):
+            if seq.id == rid:
+                self.waiting.remove(seq)
+                self._finish(seq, "cancelled")
+        for seq in list(self.active):
+            if seq.id == rid:
+                self._finish(seq, "cancelled")
+
+    def cancel_all(self) -> None:
+        for seq in list(self.waiting) + list(self.active):
+            self.cancel(seq.id)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.active)
+
+    # --- one step ------------------------------------------------------------------------
+    def step(self) -> None:
+        self._admit()
+        for seq in [q for q in self.active if q.computed < q.target]:
+            self._prompt_chunk(seq)
+        decoding = [q for q in self.active if q.prompt_done and q.computed == q.target]
+        ready = [q for q in decoding if self.lanes.ensure(q.lane, q.computed + 1)]
+        if ready:
+            self._decode(ready)
+        elif decoding and not any(q.computed < q.target for q in self.active):
+            self._preempt(max(decoding, key=lambda q: q.t_start))
+
+    def _admit(self) -> None:
+        while self.waiting:
+            seq = self.waiting[0]
+            lane = self.lanes.acquire()
+            if lane is None:
+                return
+            first = min(seq.target, self.s.prefill_chunk) if not seq.resume else len(seq.resume.tokens)
+            if not self.lanes.ensure(lane, max(first, 1)):
+                self.lanes.release(lane)
+                seq.on_event(Queued(seq.id, 0, "waiting for KV pages (the pool is full)"))
+                return
+            self.waiting.popleft()
+            seq.lane, seq.t_start = lane, time.perf_counter()
+            self.model.reset_state(lane.index)
+            self.active.append(seq)
+            if seq.resume:
+                self._restore(seq)
+            seq.on_event(Started(seq.id, lane.index, seq.prompt_len))
+
+    def _rows(self, seqs: list[Sequence], prompt: bool, start: int = 0, end: int = 0) -> Rows:
+        if prompt:
+            seq = seqs[0]
+            pos = np.arange(start, end)
+            return Rows(np.array(seq.tokens[start:end]), pos, np.tile(self.lanes.table(seq.lane), (len(pos), 1)),
+                        np.full(len(pos), seq.lane.index), True, self.s.prefill_chunk,
+                        np.array([len(pos) - 1]))
+        return Rows(np.array([q.tokens[q.computed] for q in seqs]), np.array([q.computed for q in seqs]),
+                    np.stack([self.lanes.table(q.lane) for q in seqs]), np.array([q.lane.index for q in seqs]), False)
+
+    def _run_chunk(self, seq: Sequence):
+        """The next prompt chunk, [computed, next multiple of the chunk size); None if no pages."""
+        C = self.s.prefill_chunk
+        start = seq.computed
+        end = min(seq.target, (start // C + 1) * C)
+        if not self.lanes.ensure(seq.lane, end):
+            return None
+        logits = self.model.forward(self._rows([seq], True, start, end), self.cache)
+        seq.computed = end
+        return logits
+
+    def _prompt_chunk(self, seq: Sequence) -> None:
+        logits = self._run_chunk(seq)
+        if logits is None:
+            return
+        if seq.computed == seq.target:
+            seq.prompt_done = True
+            seq.t_first = time.perf_counter()
+            if not seq.generated:
+                self._append(seq, self._choose(logits, [seq])[0])
+
+    def _decode(self, seqs: list[Sequence]) -> None:
+        logits = self.model.forward(self._rows(seqs, False), self.cache)
+        for seq in seqs:
+            seq.computed += 1
+        for seq, tok in zip(seqs, self._choose(logits, seqs)):
+            self._append(seq, tok)
+
+    def _choose(self, logits, seqs: list[Sequence]) -> list[int]:
+        """Greedy rows by the backend's argmax; sampled rows on the host, keyed by position."""
+        greedy = self.b.to_host(self.b.argmax(logits)) if any(q.params.greedy for q in seqs) else None
+        out = []
+        for i, seq in enumerate(seqs):
+            if seq.params.greedy:
+                out.append(int(greedy[i]))
+            else:
+                out.append(sample(self.b.to_host(logits[i]), seq.params, len(seq.tokens)))
+        return out
+
+    # --- tokens out ----------------------------------------------------------------------
+    def _append(self, seq: Sequence, tok: int) -> None:
+        seq.tokens.append(tok)
+        p = seq.params
+        if tok in self.tok.eos_ids and not p.ignore_eos:
+            seq.on_event(Token(seq.id, tok, ""))
+            return self._finish(seq, "eos")
+        seq.text += seq.detok.push(tok)
+        stop_at = min((i for i in (seq.text.find(s) for s in p.stop if s) if i >= 0), default=-1)
+        if stop_at >= 0:
+            seq.text = seq.text[:stop_at]
+        hold = 0 if stop_at >= 0 else max((len(s) - 1 for s in p.stop), default=0)
+        upto = max(seq.emitted, len(seq.text) - hold)
+        seq.on_event(Token(seq.id, tok, seq.text[seq.emitted: upto]))
+        seq.emitted = upto
+        if stop_at >= 0:
+            self._finish(seq, "stop")
+        elif seq.generated >= p.max_tokens or len(seq.tokens) >= self.s.context:
+            self._finish(seq, "length")
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        if seq in self.active:
+            if seq.snapshot_at_end:
+                self.snapshots[seq.id] = self._snapshot(seq)
+            self.active.remove(seq)
+            self.lanes.release(seq.lane)
+        if reason not in ("stop",):
+            seq.text += seq.detok.flush()
+        now = time.perf_counter()
+        prompt_s = (seq.t_first - seq.t_start) if seq.t_first else 0.0
+        decode_s = now - seq.t_first if seq.t_first else 0.0
+        n = seq.generated
+        seq.on_event(Token(seq.id, -1, seq.text[seq.emitted:])) if len(seq.text) > seq.emitted else None
+        seq.emitted = len(seq.text)
+        seq.on_event(Finished(seq.id, reason, seq.text, n, seq.prompt_len,
+                              seq.prompt_len / prompt_s if prompt_s > 0 else 0.0,
+                              (n - 1) / decode_s if decode_s > 0 and n > 1 else 0.0))
+
+    def fail(self, seq: Sequence, message: str) -> None:
+        if seq in self.active:
+            self.active.remove(seq)
+            self.lanes.release(seq.lane)
+        seq.on_event(Failed(seq.id, message))
+
+    def _preempt(self, seq: Sequence) -> None:
+        """The pool is full and nobody can grow: give this stream's pages back; it recomputes later."""
+        self.active.remove(seq)
+        self.lanes.release(seq.lane)
+        seq.lane, seq.computed, seq.prompt_done = None, 0, False
+        self.waiting.appendleft(seq)
+        seq.on_event(Queued(seq.id, 0, "paused: the KV pool is full; it continues (recomputed) when pages free up"))
+
+    def prompt_logits(self, ids: list[int]) -> np.ndarray:
+        """Float32 logits of the last position of a prompt, run in chunks on a free lane."""
+        seq = Sequence(0, list(ids), len(ids), SamplingParams(temperature=0), lambda e: None, None)
+        seq.lane = self.lanes.acquire()
+        self.model.reset_state(seq.lane.index)
+        try:
+            while seq.computed < seq.target:
+                logits = self._run_chunk(seq)
+            return self.b.to_host(logits)[0].astype(np.float32)
+        finally:
+            self.lanes.release(seq.lane)
+
+    # --- snapshots -----------------------------------------------------------------------
+    def _snapshot(self, seq: Sequence) -> Snapshot:
+        rows = self._slot_rows(seq.lane, seq.computed)
+        return Snapshot(list(seq.tokens), seq.prompt_len, self.cache.read_rows(self.b, rows),
+                        self.model.read_state(seq.lane.index), self.s.kv_dtype)
+
+    def _restore(self, seq: Sequence) -> None:
+        snap = seq.resume
+        n = len(snap.tokens) - 1  # the last sampled token is fed by the next decode step
+        self.lanes.ensure(seq.lane, n + 1)
+        self.cache.write_rows(self.b, self._slot_rows(seq.lane, n), snap.kv)
+        self.model.write_state(seq.lane.index, snap.state)
+        seq.computed, seq.prompt_done, seq.t_first = n, True, time.perf_counter()
+
+    def _slot_rows(self, lane: Lane, n: int) -> np.ndarray:
+        pos = np.arange(n)
+        table = self.lanes.table(lane)
+        return table[pos // self.s.page_tokens].astype(np.int64) * self.s.page_tokens + pos % self.s.page_tokens
