@@ -76,7 +76,7 @@ class Scheduler:
     # --- requests ------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
-        if len(self.active) >= len(self.lanes.lanes):
+        if len(self.active) + len(self.waiting) > len(self.lanes.lanes):
             seq.on_event(Queued(seq.id, len(self.waiting) - 1))
 
     def cancel(self, rid: int) -> None:

@@ -4,6 +4,8 @@ For the bench (`--synthetic NAME`), the gates on shapes we cannot download, and 
 """
 from __future__ import annotations
 
+import codecs
+
 import numpy as np
 
 from .config import FULL, LINEAR, ModelConfig
@@ -67,21 +69,16 @@ class ByteTokenizer:
 
 
 class _ByteStream:
+    """Incremental UTF-8: holds an incomplete character back, replaces invalid bytes."""
+
     def __init__(self, tok: ByteTokenizer):
-        self.tok, self.buf = tok, b""
+        self.dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def push(self, token: int) -> str:
-        if 16 <= token < 272:
-            self.buf += bytes([token - 16])
-        try:
-            out, self.buf = self.buf.decode(), b""
-            return out
-        except UnicodeDecodeError:
-            return ""  # an incomplete character: wait for its next byte
+        return self.dec.decode(bytes([token - 16])) if 16 <= token < 272 else ""
 
     def flush(self) -> str:
-        out, self.buf = self.buf.decode(errors="replace"), b""
-        return out
+        return self.dec.decode(b"", final=True)
 
 
 def _random_affine(rng: np.random.Generator, shape: tuple[int, ...], bits: int, group: int, std: float) -> Affine:

@@ -1,0 +1,58 @@
+"""The gate suite on tiny models, and proof that it fails when a stream sees another's rows."""
+import json
+
+import numpy as np
+import pytest
+
+from engine import gates
+from engine.ops.numpy_backend import NumpyBackend
+from engine.settings import EngineSettings
+
+
+def run(name: str, quick: bool = True, max_tokens: int = 12):
+    s = EngineSettings(model=f"synthetic:{name}", backend="numpy", parallel=8, context=1024)
+    return gates.run(s, gates.load_chats(None), max_tokens, quick, log=lambda m: None)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+def test_every_gate_passes_on_tiny_models(name):
+    table = run(name, quick=False)
+    assert set(table) == {f"{name} bf16", f"{name} fp8"}
+    assert gates.passed(table), gates.render(table)
+    col = table[f"{name} bf16"]
+    assert col["concurrent 1/2/4/8 == solo"][1] == 5 * 15  # five arms × 1+2+4+8
+    assert col["all == contiguous (solo)"][1] >= 2 * 16
+
+
+def test_gates_catch_a_stream_reading_another_lane(monkeypatch):
+    real = NumpyBackend.attention
+
+    def leaky(self, q, cache, layer, tables, positions, prompt=False):
+        if not prompt and len(q) > 1:  # decode rows all read the first row's lane
+            tables = np.repeat(tables[:1], len(q), axis=0)
+            positions = np.minimum(positions, positions[0])
+        return real(self, q, cache, layer, tables, positions, prompt)
+
+    monkeypatch.setattr(NumpyBackend, "attention", leaky)
+    table = run("tiny-llama")
+    assert not gates.passed(table)
+    passed, total = table["tiny-llama bf16"]["concurrent 1/2/4/8 == solo"]
+    assert passed < total
+
+
+def test_prompt_file_replaces_the_builtin_set(tmp_path):
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps([[{"role": "user", "content": "hi"}], [{"role": "system", "content": "x"},
+                                                                     {"role": "user", "content": "yo"}]]))
+    assert len(gates.load_chats(str(f))) == 2
+    f.write_text(json.dumps({"not": "a list"}))
+    with pytest.raises(Exception, match="expected a JSON list"):
+        gates.load_chats(str(f))
+
+
+def test_gates_cli_prints_the_table(capsys):
+    from engine.__main__ import main
+    assert main(["gates", "--model", "synthetic:tiny-qwen3", "--backend", "numpy", "--quick", "--max-tokens", "6"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "gate\ttiny-qwen3 bf16\ttiny-qwen3 fp8"
+    assert all(cell.split("/")[0] == cell.split("/")[1] for line in out[1:] for cell in line.split("\t")[1:])

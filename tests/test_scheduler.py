@@ -1,0 +1,82 @@
+"""Scheduler: admission order, cancel, stop strings, pool exhaustion that never corrupts a stream."""
+import pytest
+
+from engine.engine import Runner, run_to_end
+from engine.errors import RequestError
+from engine.events import Finished, Queued, Started, Token
+from engine.settings import EngineSettings, SamplingParams
+
+GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+
+
+def runner(**kw) -> tuple[Runner, EngineSettings]:
+    s = EngineSettings(**{**dict(model="synthetic:tiny-llama", backend="numpy", parallel=2, context=256,
+                                 paging="all", page_tokens=16, prefill_chunk=16, memory_gib=1), **kw})
+    return Runner(s, log=lambda m: None), s
+
+
+def prompts(n):
+    return [[1] + [20 + (7 * i + j) % 200 for j in range(10 + 9 * i)] for i in range(n)]
+
+
+def test_requests_beyond_parallel_wait_in_order():
+    r, s = runner(parallel=2)
+    sched = r.scheduler(s)
+    events = []
+    seqs = [r.sequence(i, s, None, GREEDY, events.append, p) for i, p in enumerate(prompts(4), 1)]
+    run_to_end(sched, seqs)
+    started = [e.request_id for e in events if isinstance(e, Started)]
+    assert started == [1, 2, 3, 4]
+    assert {e.request_id for e in events if isinstance(e, Queued)} == {3, 4}
+    assert all(len(q.tokens) == len(p) + 24 for q, p in zip(seqs, prompts(4)))
+
+
+def test_cancel_frees_the_lane_at_once():
+    r, s = runner()
+    sched = r.scheduler(s)
+    events = []
+    seq = r.sequence(1, s, None, SamplingParams(temperature=0, max_tokens=200, ignore_eos=True), events.append,
+                     prompts(1)[0])
+    sched.add(seq)
+    for _ in range(5):
+        sched.step()
+    assert sched.lanes.pool.used > 0
+    sched.cancel(1)
+    assert sched.lanes.pool.used == 0 and not sched.busy
+    assert isinstance(events[-1], Finished) and events[-1].reason == "cancelled"
+
+
+def test_prompt_longer_than_context_is_refused_before_work():
+    r, s = runner(context=64)
+    with pytest.raises(RequestError, match="does not fit the context"):
+        r.sequence(1, s, None, GREEDY, lambda e: None, list(range(3, 80)))
+
+
+def test_stop_string_trims_and_ends():
+    r, s = runner()
+    free = run_to_end(r.scheduler(s), [r.sequence(1, s, None, GREEDY, lambda e: None, prompts(1)[0])])[1]
+    stop = free.text[5:8]
+    assert len(stop) == 3
+    events = []
+    seq = r.sequence(2, s, None, SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, stop=[stop]),
+                     events.append, prompts(1)[0])
+    done = run_to_end(r.scheduler(s), [seq])[2]
+    assert done.reason == "stop" and done.text == free.text[: free.text.find(stop)]
+    assert "".join(e.text for e in events if isinstance(e, Token)) == done.text
+
+
+def test_pool_exhaustion_never_corrupts_a_stream():
+    """A pool of one context for three streams: they wait or are paused, and greedy tokens match solo."""
+    r, s = runner(parallel=3)
+    solo = {i: run_to_end(r.scheduler(s), [r.sequence(i, s, None, GREEDY, lambda e: None, p)])[i]
+            for i, p in enumerate(prompts(3), 1)}
+    tight = EngineSettings(**{**s.to_dict(), "sampling": s.sampling, "memory_gib": 16 * s.page_tokens * 256 / 2**30})
+    sched = r.scheduler(tight)
+    assert sched.plan.pool_pages == 16  # exactly lane 0's reserve
+    events = []
+    seqs = [r.sequence(i, tight, None, GREEDY, events.append, p) for i, p in enumerate(prompts(3), 1)]
+    done = run_to_end(sched, seqs)
+    assert any(isinstance(e, Queued) and "pool" in e.reason for e in events)
+    for i in solo:
+        assert done[i].text == solo[i].text and done[i].tokens == 24
+    assert sched.lanes.pool.used == 0
