@@ -25,9 +25,10 @@ def reference_logits(model, ids: list[int]) -> np.ndarray:
     for i in range(c.layers):
         p = f"layers.{i}."
         h = norm(x, W[p + "input_layernorm"])
-        q = (h @ W[p + "self_attn.q_proj"].T).reshape(T, c.heads, c.head_dim)
-        k = (h @ W[p + "self_attn.k_proj"].T).reshape(T, c.kv_heads, c.head_dim)
-        v = (h @ W[p + "self_attn.v_proj"].T).reshape(T, c.kv_heads, c.head_dim)
+        lin = lambda x, n: x @ W[p + n].T + W.get(p + n + ".bias", 0)
+        q = lin(h, "self_attn.q_proj").reshape(T, c.heads, c.head_dim)
+        k = lin(h, "self_attn.k_proj").reshape(T, c.kv_heads, c.head_dim)
+        v = lin(h, "self_attn.v_proj").reshape(T, c.kv_heads, c.head_dim)
         if c.qk_norm:
             q, k = norm(q, W[p + "self_attn.q_norm"]), norm(k, W[p + "self_attn.k_norm"])
         q, k = rope(q), rope(k)
@@ -38,7 +39,7 @@ def reference_logits(model, ids: list[int]) -> np.ndarray:
         pr = np.exp(s - s.max(-1, keepdims=True))
         pr /= pr.sum(-1, keepdims=True)
         o = np.einsum("hqk,khd->qhd", pr, v).reshape(T, -1)
-        x = x + o @ W[p + "self_attn.o_proj"].T
+        x = x + lin(o, "self_attn.o_proj")
         h = norm(x, W[p + "post_attention_layernorm"])
         g, u = h @ W[p + "mlp.gate_proj"].T, h @ W[p + "mlp.up_proj"].T
         x = x + (g / (1 + np.exp(-g)) * u) @ W[p + "mlp.down_proj"].T
@@ -58,6 +59,25 @@ def test_numpy_forward_matches_float64_reference(name, chunk):
     # bf16 K/V in the cache is the only rounding beyond float32.
     assert np.abs(ours - ref).max() <= 2e-2 * np.abs(ref).max()
     assert int(np.argmax(ours)) == int(np.argmax(ref))
+
+
+def test_attention_biases_are_applied():
+    """Qwen2-style q/k/v/o biases (loaded as llama) take part in the forward."""
+    s = EngineSettings(model="synthetic:tiny-llama", backend="numpy", parallel=1, context=256, memory_gib=1)
+    from engine.synthetic import synthetic
+    from engine.models import build
+    from engine.ops.numpy_backend import NumpyBackend
+    from engine.scheduler import Scheduler
+    from engine.plan import make_plan
+    m = synthetic("tiny-llama")
+    rng = np.random.default_rng(1)
+    for i in range(m.config.layers):
+        for n, width in (("q_proj", 64), ("k_proj", 32), ("v_proj", 32), ("o_proj", 64)):
+            m.weights[f"layers.{i}.self_attn.{n}.bias"] = rng.normal(0, 0.5, width).astype(np.float32)
+    sched = Scheduler(s, make_plan(m.config, s), build(m, NumpyBackend()), NumpyBackend(), m.tokenizer)
+    ids = list(range(30, 50))
+    ref = reference_logits(m, ids)
+    assert np.abs(sched.prompt_logits(ids) - ref).max() <= 2e-2 * np.abs(ref).max()
 
 
 def test_decode_rows_continue_the_prompt_form():

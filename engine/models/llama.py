@@ -39,6 +39,10 @@ class Llama:
     def load_attention(self, W: dict, pre: str) -> dict:
         qkv = fuse([W[pre + "q_proj"], W[pre + "k_proj"], W[pre + "v_proj"]])
         out = {"o": self.b.prepare(W[pre + "o_proj"])}
+        if pre + "q_proj.bias" in W:  # Qwen2-style checkpoints load as llama with q/k/v biases
+            out["qkv_bias"] = self.b.prepare(np.concatenate([W[pre + n + ".bias"] for n in ("q_proj", "k_proj", "v_proj")]), "norm")
+        if pre + "o_proj.bias" in W:
+            out["o_bias"] = self.b.prepare(W[pre + "o_proj.bias"], "norm")
         if qkv is not None:
             out["qkv"] = self.b.prepare(qkv)
         else:
@@ -96,9 +100,12 @@ class Llama:
         b = self.b
         if "qkv" in layer:
             out = b.linear(h, layer["qkv"], rows.pad_to)
-            sizes = [self.q_width(), self.cfg.kv_heads * self.cfg.head_dim]
-            return out[:, : sizes[0]], out[:, sizes[0]: sizes[0] + sizes[1]], out[:, sizes[0] + sizes[1]:]
-        return tuple(b.linear(h, layer[n], rows.pad_to) for n in names)
+        else:
+            out = b.concat([b.linear(h, layer[n], rows.pad_to) for n in names])
+        if "qkv_bias" in layer:
+            out = out + layer["qkv_bias"]
+        sizes = [self.q_width(), self.cfg.kv_heads * self.cfg.head_dim]
+        return out[:, : sizes[0]], out[:, sizes[0]: sizes[0] + sizes[1]], out[:, sizes[0] + sizes[1]:]
 
     def q_width(self) -> int:
         return self.cfg.heads * self.cfg.head_dim
@@ -120,7 +127,8 @@ class Llama:
         o = b.attention(q, cache, li, rows.tables, rows.positions, rows.prompt).reshape(n, -1)
         if gate is not None:
             o = b.sigmoid_mul(o, gate)
-        return b.linear(o, layer["o"], rows.pad_to)
+        o = b.linear(o, layer["o"], rows.pad_to)
+        return o + layer["o_bias"] if "o_bias" in layer else o
 
     def split_gate(self, q, n: int):
         return q.reshape(n, self.cfg.heads, self.cfg.head_dim), None

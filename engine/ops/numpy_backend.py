@@ -147,6 +147,10 @@ class NumpyBackend:
         wt = w.T
         return np.concatenate([row[None] @ wt for row in x]) if len(x) else np.zeros((0, w.shape[0]), np.float32)
 
+    def concat(self, parts: list[np.ndarray]) -> np.ndarray:
+        """Column-wise concatenation of [n, k_i] arrays."""
+        return np.concatenate(parts, axis=-1)
+
     # --- attention -----------------------------------------------------------------------
     def kv_write(self, cache: KVCache, layer: int, k: np.ndarray, v: np.ndarray, tables, positions) -> None:
         rows = slots(tables, positions, cache.page_tokens)

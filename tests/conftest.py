@@ -1,0 +1,92 @@
+"""Shared fixtures. Engine section first, then the app's."""
+import pytest
+
+
+def _default_model_or_none():
+    from engine import default_model_path
+    path = default_model_path()
+    return path if path.is_file() else None
+
+
+_ENGINE_DEFAULT_MODEL = _default_model_or_none()  # before any test moves LANECHAT_HOME
+
+
+@pytest.fixture(scope="session")
+def default_model() -> str:
+    """The embedded SmolLM2-135M-Instruct GGUF (`make test` fetches it); skip where it is absent."""
+    if _ENGINE_DEFAULT_MODEL is None:
+        pytest.skip("default model not fetched (python -m engine fetch-default)")
+    return str(_ENGINE_DEFAULT_MODEL)
+
+
+# ---------------------------------------------------------------------------------------------
+# App fixtures (tests/test_app_*.py): Qt offscreen, a private LANECHAT_HOME, a model for the
+# numpy backend, and a qasync loop that runs inside pytest-qt's event processing.
+# ---------------------------------------------------------------------------------------------
+import asyncio as _asyncio
+import os as _os
+from pathlib import Path as _Path
+
+import pytest as _pytest
+
+_os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+def _real_default_model() -> "_Path | None":
+    # Resolved before any test moves LANECHAT_HOME: `make test` fetches it into the real data dir.
+    try:
+        from engine import default_model_path
+    except ImportError:
+        return None
+    path = default_model_path()
+    return path if path.is_file() else None
+
+
+_DEFAULT_MODEL = _real_default_model()
+
+
+@_pytest.fixture
+def app_home(tmp_path, monkeypatch) -> _Path:
+    """A fresh LANECHAT_HOME: settings, session and conversations of this test only."""
+    home = tmp_path / "lanechat-home"
+    monkeypatch.setenv("LANECHAT_HOME", str(home))
+    return home
+
+
+@_pytest.fixture(scope="session")
+def app_model(tmp_path_factory) -> str:
+    """A model the numpy backend runs quickly: a tiny random llama, else the default model."""
+    try:
+        from ckpt import tiny_llama_config, write_hf
+    except ImportError:
+        if _DEFAULT_MODEL is None:
+            _pytest.skip("no tiny checkpoint writer (tests/ckpt.py) and no default model (make fetch-default)")
+        return str(_DEFAULT_MODEL)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    write_hf(path, tiny_llama_config(), seed=0)
+    return str(path)
+
+
+@_pytest.fixture
+def qasync_loop(qapp):
+    """An asyncio loop on Qt's: coroutines advance whenever qtbot lets Qt process events."""
+    import qasync
+
+    loop = qasync.QEventLoop(qapp, already_running=True)
+    _asyncio.set_event_loop(loop)
+    yield loop
+    # stop() would quit the QApplication (it calls app.exit()); only mark the loop not running.
+    loop._QEventLoop__is_running = False
+    loop.close()  # joins its executor threads (model loading ran there)
+    _asyncio.events._set_running_loop(None)
+    _asyncio.set_event_loop(None)
+
+
+@_pytest.fixture
+def run_async(qtbot, qasync_loop):
+    """run_async(coro, timeout_s) -> its result, driving Qt (and so the loop) until it is done."""
+    def run(coro, timeout: float = 60.0):
+        future = _asyncio.ensure_future(coro, loop=qasync_loop)
+        qtbot.waitUntil(future.done, timeout=int(timeout * 1000))
+        return future.result()
+    return run

@@ -1,0 +1,170 @@
+"""GGUF import: metadata, Q4_1/Q8_0 → Affine (checked against gguf's own dequantizer), q/k row order,
+tokenizer, and clear errors for files we cannot run."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+import ckpt
+from engine.errors import ModelError
+from engine.fetch import default_model_path
+from engine.loader import describe, load_config, load_model
+from engine.tokenizer import Tokenizer
+from engine.weights import Affine, dequantize
+
+CONFIGS = {"llama": ckpt.tiny_llama_config(), "qwen3": ckpt.tiny_qwen3_config()}
+
+
+def canonical(hf_name: str) -> str:
+    return hf_name.removeprefix("model.").removesuffix(".weight")
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> dict[tuple[str, str], tuple[Path, dict]]:
+    out = {}
+    for arch, cfg in CONFIGS.items():
+        for qtype in ("Q4_1", "Q8_0", "F16"):
+            path = tmp_path_factory.mktemp("gguf") / f"tiny-{arch}.{qtype}.gguf"
+            out[arch, qtype] = path, ckpt.write_gguf(path, cfg, seed=3, qtype=qtype)
+    return out
+
+
+@pytest.mark.parametrize("arch", CONFIGS)
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0", "F16"])
+def test_weights_equal_what_was_written(written, arch: str, qtype: str) -> None:
+    path, reference = written[arch, qtype]
+    m = load_model(path)
+    assert m.format == "gguf" and m.meta["label"] == f"GGUF {qtype}"
+    assert set(m.weights) == {canonical(n) for n in reference}
+    for name, ref in reference.items():
+        w = m.weights[canonical(name)]
+        if qtype != "F16" and ref.ndim == 2:
+            assert isinstance(w, Affine) and w.group == 32
+            assert w.bits == (8 if name.endswith("embed_tokens.weight") or qtype == "Q8_0" else 4)
+        np.testing.assert_array_equal(dequantize(w), ref, err_msg=name)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
+def test_dequantize_equals_gguf_package(written, qtype: str) -> None:
+    """Our Affine repacking against gguf.quants.dequantize of the raw blocks, with llama.cpp's q/k row
+    permutation undone (HF rows (h, i, j) sit at (h, j, i) of the stored (n_head, hd/2, 2) view)."""
+    path, _ = written["llama", qtype]
+    cfg = CONFIGS["llama"]
+    stored = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    m = load_model(path)
+    for gname, name, heads in [("blk.0.attn_q.weight", "layers.0.self_attn.q_proj", cfg["num_attention_heads"]),
+                               ("blk.1.attn_k.weight", "layers.1.self_attn.k_proj", cfg["num_key_value_heads"]),
+                               ("blk.0.ffn_down.weight", "layers.0.mlp.down_proj", None)]:
+        t = stored[gname]
+        raw = gguf.quants.dequantize(t.data, t.tensor_type)
+        if heads:
+            raw = raw.reshape(heads, -1, 2, raw.shape[-1]).swapaxes(1, 2).reshape(raw.shape)
+        np.testing.assert_array_equal(dequantize(m.weights[name]), raw, err_msg=gname)
+
+
+def test_config_from_metadata(written) -> None:
+    for arch, cfg in CONFIGS.items():
+        path, _ = written[arch, "Q4_1"]
+        c = load_config(path)
+        assert (c.arch, c.hidden, c.layers, c.heads, c.kv_heads, c.head_dim, c.vocab, c.intermediate) == (
+            arch, cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"],
+            cfg["num_key_value_heads"], cfg["head_dim"], cfg["vocab_size"], cfg["intermediate_size"])
+        assert c.rope_theta == cfg["rope_theta"] and c.rms_eps == pytest.approx(cfg["rms_norm_eps"])
+        assert c.tie_embeddings is (arch == "llama") and c.qk_norm is (arch == "qwen3")
+        assert describe(path) == f"tiny-{arch} · {arch} · {cfg['num_hidden_layers']} layers · GGUF Q4_1"
+
+
+def test_tokenizer_equals_tokenizer_json(written, tmp_path: Path) -> None:
+    """The BPE rebuilt from GGUF metadata encodes like the tokenizer.json it came from."""
+    path, _ = written["llama", "Q4_1"]
+    tok = load_model(path).tokenizer
+    ckpt.write_tokenizer(tmp_path)
+    ref = Tokenizer.from_folder(tmp_path)
+    texts = ["Hello world! 2024", "  spaced  out\n\n", "café 😀 日本", "<|im_start|>user\nhi<|im_end|>", "x=1+2"]
+    for text in texts:
+        assert tok.encode(text) == ref.encode(text), text
+    assert tok.eos_ids == {0, 2} and tok.bos_id == 1
+    assert tok.render_chat([{"role": "user", "content": "hi"}]) == ref.render_chat([{"role": "user", "content": "hi"}])
+
+
+def test_progress_reaches_one(written) -> None:
+    seen = []
+    load_model(written["llama", "Q4_1"][0], lambda stage, f: seen.append(f))
+    assert seen[-1] == 1.0 and seen == sorted(seen)
+
+
+def test_unsupported_tensor_type(tmp_path: Path) -> None:
+    path = tmp_path / "q4_0.gguf"
+    ckpt.write_gguf(path, CONFIGS["llama"], qtype="Q4_0")
+    message = r"q4_0\.gguf: tensor blk\.0\.\w+\.weight has type Q4_0, which is not supported"
+    with pytest.raises(ModelError, match=message):
+        load_model(path)
+
+
+def test_unknown_architecture(tmp_path: Path) -> None:
+    path = tmp_path / "falcon.gguf"
+    w = gguf.GGUFWriter(str(path), "falcon")
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ModelError, match="falcon.gguf: GGUF architecture 'falcon' is not supported"):
+        load_config(path)
+
+
+def test_unknown_pre_tokenizer(tmp_path: Path) -> None:
+    path = tmp_path / "pre.gguf"
+    ckpt.write_gguf(path, CONFIGS["llama"], pre="mystery")
+    with pytest.raises(ModelError, match="pre-tokenizer 'mystery' is not supported"):
+        load_model(path)
+
+
+def test_truncated_and_garbage_files(written, tmp_path: Path) -> None:
+    data = written["llama", "Q4_1"][0].read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelError, match="cut.gguf: not a readable GGUF file"):
+        load_model(cut)
+    head = tmp_path / "head.gguf"
+    head.write_bytes(data[:100])
+    with pytest.raises(ModelError, match="head.gguf: not a readable GGUF file"):
+        load_config(head)
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model at all")
+    with pytest.raises(ModelError, match="junk.gguf: not a GGUF file"):
+        load_model(junk)
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="no such file or folder"):
+        load_model(tmp_path / "nope.gguf")
+
+
+# --- the real default model (skipped until `python -m engine fetch-default`) -----------------------
+
+@pytest.fixture(scope="module")
+def default_path() -> Path:
+    path = default_model_path()
+    if not path.is_file():
+        pytest.skip(f"default model not downloaded ({path}); `python -m engine fetch-default`")
+    return path
+
+
+def test_default_model(default_path: Path) -> None:
+    assert describe(None) == "SmolLM2-135M-Instruct · llama · 30 layers · GGUF Q4_1"
+    m = load_model(None)
+    c = m.config
+    assert (c.hidden, c.layers, c.heads, c.kv_heads, c.head_dim, c.vocab, c.intermediate) == (
+        576, 30, 9, 3, 64, 49152, 1536)
+    assert c.tie_embeddings and "lm_head" not in m.weights and c.rope_theta == 100000.0
+    emb, q = m.weights["embed_tokens"], m.weights["layers.0.self_attn.q_proj"]
+    assert isinstance(emb, Affine) and emb.bits == 8 and isinstance(q, Affine) and q.bits == 4
+    t = {t.name: t for t in gguf.GGUFReader(default_path).tensors}["blk.7.attn_k.weight"]
+    raw = gguf.quants.dequantize(t.data, t.tensor_type)
+    raw = raw.reshape(3, 32, 2, 576).swapaxes(1, 2).reshape(192, 576)
+    np.testing.assert_array_equal(dequantize(m.weights["layers.7.self_attn.k_proj"]), raw)
