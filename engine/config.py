@@ -143,13 +143,18 @@ class ModelConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "ModelConfig":
-        path = Path(path)
-        try:
-            raw = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ModelError(f"{path}: no such file") from None
-        except (OSError, ValueError) as e:
-            raise ModelError(f"{path}: not a readable JSON config ({e})") from None
-        if not isinstance(raw, dict):
-            raise ModelError(f"{path}: a config must be a JSON object")
-        return cls.from_hf(raw, str(path))
+        return cls.from_hf(read_json(path), str(path))
+
+
+def read_json(path: str | Path) -> dict:
+    """A JSON object from a file, or a ModelError naming the file."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelError(f"{path}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{path}: not a readable JSON config ({e})") from None
+    if not isinstance(raw, dict):
+        raise ModelError(f"{path}: a config must be a JSON object")
+    return raw

@@ -5,12 +5,11 @@ under its canonical name, build dense float32 or Affine tensors, then `layout.fi
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from ..config import ModelConfig
+from ..config import ModelConfig, read_json
 from ..errors import ModelError
 from ..tokenizer import Tokenizer
 from ..weights import Model, Tensor
@@ -22,14 +21,7 @@ SUFFIXES = ("scales", "biases")
 
 def read_config(folder: Path) -> tuple[dict, ModelConfig]:
     path = folder / "config.json"
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelError(f"{folder}: no config.json") from None
-    except (OSError, ValueError) as e:
-        raise ModelError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise ModelError(f"{path}: a config must be a JSON object")
+    raw = read_json(path)
     return raw, ModelConfig.from_hf(raw, str(path))
 
 
