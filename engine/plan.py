@@ -65,7 +65,8 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
     P, n = s.page_tokens, s.parallel
     W = -(-s.context // P)
     page_bytes = P * cfg.kv_bytes_per_token(s.kv_dtype)
-    state = n * cfg.state_bytes_per_stream()
+    # One state slot more than streams: padding rows of a captured decode batch update a scratch slot.
+    state = (n + 1) * cfg.state_bytes_per_stream()
     windows = {"off": n, "pages": 1, "all": 0}[s.paging]
     pool_lanes = n - windows
     need_pool = pool_lanes * W

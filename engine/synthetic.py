@@ -32,6 +32,16 @@ SHAPES: dict[str, dict] = {
                        vocab=272, rope_theta=10000.0, max_position=4096, group=32),
     "tiny-qwen3": dict(arch="qwen3", hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=96,
                        vocab=272, rope_theta=1e6, max_position=4096, qk_norm=True, group=32),
+    # Both layer kinds twice (LLLF LLLF), GQA in attention (4/2) and in DeltaNet (4 value heads on 2 key heads).
+    "tiny-qwen3.5": dict(arch="qwen3_5", hidden=64, layers=8, heads=4, kv_heads=2, head_dim=16, intermediate=96,
+                         vocab=272, rope_theta=1e7, rotary_dim=4, max_position=4096, qk_norm=True,
+                         attn_output_gate=True, lin_k_heads=2, lin_v_heads=4, lin_k_dim=16, lin_v_dim=16,
+                         conv_kernel=4, group=32),
+    "tiny-qwen3.5-moe": dict(arch="qwen3_5_moe", hidden=64, layers=8, heads=4, kv_heads=2, head_dim=16,
+                             vocab=272, rope_theta=1e7, rotary_dim=4, max_position=4096, qk_norm=True,
+                             attn_output_gate=True, lin_k_heads=2, lin_v_heads=4, lin_k_dim=16, lin_v_dim=16,
+                             conv_kernel=4, experts=8, top_k=2, expert_intermediate=32, shared_intermediate=32,
+                             group=32),
 }
 
 

@@ -210,11 +210,13 @@ class NumpyBackend:
     # Qwen3.5 / Qwen3.6: Gated DeltaNet, gated RMSNorm, MoE (issue 5).
     #
     # Conventions shared with the CuPy twins: float32 activations; recurrent state lives in
-    # per-layer arrays with one slot per lane (plus scratch slots) and is updated IN PLACE at the
+    # per-layer arrays with one slot per lane (plus one scratch slot), updated IN PLACE at the
     # slots named by `lanes` (decode rows) or `lane` (a prompt chunk): a slot is touched only by
-    # its own lane's rows, so a stream never sees another's state. `lanes` arrives as a host
-    # int array, like `tables`/`positions` for the attention ops. Decode rows are computed one
-    # at a time; a prompt chunk as one piece of work for its lane.
+    # its own lane's rows, so a stream never sees another's state. `lanes` is an int array (host
+    # here; a device array inside a captured decode graph), like `tables`/`positions` for the
+    # attention ops. The models allocate one slot more than there are lanes: a padding row
+    # (lane -1) reads and writes that last, scratch slot (numpy's index -1 does just that).
+    # Decode rows are computed one at a time; a prompt chunk as one piece of work for its lane.
     # =====================================================================================
     def conv1d_prompt(self, x: np.ndarray, w: np.ndarray, conv_state: np.ndarray, lane: int) -> np.ndarray:
         """Causal depthwise conv1d + SiLU over one lane's prompt chunk.
@@ -356,6 +358,10 @@ class NumpyBackend:
         idx = np.argsort(-p, axis=-1, kind="stable")[:, :top_k].astype(np.int32)
         w = np.take_along_axis(p, idx, axis=-1)
         return idx, (w / w.sum(-1, keepdims=True)).astype(np.float32)
+
+    def moe_shared_add(self, routed: np.ndarray, shared: np.ndarray, gate: np.ndarray) -> np.ndarray:
+        """routed + sigmoid(gate)·shared: the shared expert's output [n, H] under its scalar gate logit [n, 1]."""
+        return routed + shared / (np.float32(1.0) + np.exp(-gate.astype(np.float32)))
 
     def moe_experts(self, x: np.ndarray, gate_up: np.ndarray, down: np.ndarray, experts: np.ndarray,
                     weights: np.ndarray, prompt: bool = False) -> np.ndarray:

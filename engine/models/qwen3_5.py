@@ -1,0 +1,167 @@
+"""Qwen3.5 / Qwen3.6 (dense `qwen3_5` and MoE `qwen3_5_moe`): a hybrid of Gated DeltaNet layers and
+gated full-attention layers (every 4th), with a dense SwiGLU MLP or a routed MoE with a shared expert.
+
+Full attention is Qwen3's (per-head q/k RMSNorm before RoPE; the loader has already shifted the
+zero-centred norm weights to 1+w) with a partial NeoX RoPE and an output gate: q_proj yields per
+head [query hd | gate hd], and o_proj reads attn ⊙ sigmoid(gate). K/V live in the paged pool.
+
+A DeltaNet layer keeps, per lane, the last K-1 pre-conv rows and an fp32 state [Hv, Dk, Dv]; both
+live in arrays with one slot per lane beside the KV pool (`allocate_state`), never paged. A prompt
+chunk (one lane) runs the chunked form on its lane's slot, decode rows the recurrent step, each row
+on its own lane's slot: a stream never sees another's state. The slot after the last lane is
+scratch: padding rows of a captured decode batch carry lane -1, which indexes it.
+
+MTP weights, where the checkpoint ships them, are loaded into `self.mtp` for the drafter.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import FULL
+from ..rows import Rows
+from ..weights import dequantize
+from .llama import fuse
+from .qwen3 import Qwen3
+
+DELTANET_CHUNK = 64  # rows per chunk of the chunked prompt form (prompt chunks are multiples of it or smaller)
+
+
+class Qwen3_5(Qwen3):
+    def __init__(self, model, backend):
+        c = model.config
+        self.lin_index = {layer: i for i, layer in enumerate(c.linear_layers)}
+        self.conv_state: list = []
+        self.rec_state: list = []
+        super().__init__(model, backend)
+        W = model.weights
+        self.mtp = None
+        if c.mtp_layers and any(n.startswith("mtp.") for n in W):
+            p = backend.prepare
+            self.mtp = {"fc": p(W["mtp.fc"]),
+                        "pre_fc_norm_embedding": p(W["mtp.pre_fc_norm_embedding"], "norm"),
+                        "pre_fc_norm_hidden": p(W["mtp.pre_fc_norm_hidden"], "norm"),
+                        "norm": p(W["mtp.norm"], "norm"),
+                        "layers": [self.load_block(W, f"mtp.layers.{j}.", FULL) for j in range(c.mtp_layers)]}
+
+    # --- weights ---------------------------------------------------------------------------
+    def load_layer(self, W: dict, i: int) -> dict:
+        return self.load_block(W, f"layers.{i}.", self.cfg.layer_types[i])
+
+    def load_block(self, W: dict, pre: str, kind: str) -> dict:
+        p = self.b.prepare
+        layer = {"in_norm": p(W[pre + "input_layernorm"], "norm"),
+                 "post_norm": p(W[pre + "post_attention_layernorm"], "norm")}
+        if kind == FULL:
+            layer.update(self.load_attention(W, pre + "self_attn."))
+        else:
+            layer.update(self.load_deltanet(W, pre + "linear_attn."))
+        if self.cfg.experts:
+            layer.update(self.load_moe(W, pre + "mlp."))
+        else:
+            layer.update(self.load_mlp(W, pre + "mlp."))
+        return layer
+
+    def load_deltanet(self, W: dict, pre: str) -> dict:
+        p = self.b.prepare
+        names = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")
+        fused = fuse([W[pre + n] for n in names])
+        out = {"conv": p(W[pre + "conv1d"], "conv"), "a_log": p(W[pre + "A_log"], "norm"),
+               "dt_bias": p(W[pre + "dt_bias"], "norm"), "gnorm": p(W[pre + "norm"], "norm"),
+               "out": p(W[pre + "out_proj"])}
+        if fused is not None:
+            out["qkvzba"] = p(fused)
+        else:
+            out.update({n: p(W[pre + n]) for n in names})
+        return out
+
+    def load_moe(self, W: dict, pre: str) -> dict:
+        p = self.b.prepare
+        gate, up = W[pre + "experts.gate_proj"], W[pre + "experts.up_proj"]
+        gu = fuse([gate, up])
+        if gu is None:  # mixed formats: fuse dequantized (rare; keeps one op for all)
+            gu = np.concatenate([dequantize(gate), dequantize(up)], axis=-2)
+        # kind "experts": stacked [E, out, in] weights (a backend may keep its own expert layout)
+        out = {"router": p(W[pre + "gate"]), "experts_gate_up": p(gu, "experts"),
+               "experts_down": p(W[pre + "experts.down_proj"], "experts")}
+        if pre + "shared_expert.gate_proj" in W:
+            out["shared"] = self.load_mlp(W, pre + "shared_expert.")
+            out["shared_gate"] = p(W[pre + "shared_expert_gate"])
+        return out
+
+    # --- recurrent state -------------------------------------------------------------------
+    def allocate_state(self, lanes: int) -> None:
+        """Per linear layer: conv rows [lanes+1, C, K-1] and DeltaNet state [lanes+1, Hv, Dk, Dv], fp32, zero."""
+        c, xp = self.cfg, self.b.xp
+        slots = lanes + 1  # the last slot is scratch
+        self.conv_state = [xp.zeros((slots, c.conv_channels, c.conv_kernel - 1), xp.float32) for _ in self.lin_index]
+        self.rec_state = [xp.zeros((slots, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim), xp.float32) for _ in self.lin_index]
+
+    def reset_state(self, lane: int) -> None:
+        for a in self.conv_state + self.rec_state:
+            a[lane] = 0
+
+    def read_state(self, lane: int) -> list:
+        """Host copies, per linear layer: (conv rows [C, K-1], state [Hv, Dk, Dv])."""
+        h = self.b.to_host
+        return [(np.array(h(cv[lane]), np.float32), np.array(h(st[lane]), np.float32))
+                for cv, st in zip(self.conv_state, self.rec_state)]
+
+    def write_state(self, lane: int, state: list) -> None:
+        if len(state) != len(self.conv_state):
+            raise ValueError(f"snapshot holds state of {len(state)} recurrent layers, the model has {len(self.conv_state)}")
+        for (conv, rec), cv, st in zip(state, self.conv_state, self.rec_state):
+            cv[lane] = self.b.asarray(np.asarray(conv, np.float32))
+            st[lane] = self.b.asarray(np.asarray(rec, np.float32))
+
+    # --- forward ---------------------------------------------------------------------------
+    def mixer(self, i: int, layer: dict, h, rows: Rows, cache):
+        if i in self.lin_index:
+            return self.deltanet(self.lin_index[i], layer, h, rows)
+        return self.attention(self.attn_index[i], layer, h, rows, cache)
+
+    def q_width(self) -> int:
+        return self.cfg.heads * self.cfg.head_dim * (2 if self.cfg.attn_output_gate else 1)
+
+    def split_gate(self, q, n: int):
+        c = self.cfg
+        if not c.attn_output_gate:
+            return super().split_gate(q, n)
+        qg = q.reshape(n, c.heads, 2 * c.head_dim)  # per head [query | gate]
+        return qg[:, :, : c.head_dim], qg[:, :, c.head_dim:].reshape(n, c.heads * c.head_dim)
+
+    def deltanet(self, li: int, layer: dict, h, rows: Rows):
+        b, c, n = self.b, self.cfg, len(rows)
+        Hk, Hv, Dk, Dv = c.lin_k_heads, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim
+        kd, vd, C = Hk * Dk, Hv * Dv, c.conv_channels
+        if "qkvzba" in layer:
+            y = b.linear(h, layer["qkvzba"], rows.pad_to)
+            qkv, z, bb, aa = y[:, :C], y[:, C:C + vd], y[:, C + vd:C + vd + Hv], y[:, C + vd + Hv:]
+        else:
+            qkv, z, bb, aa = (b.linear(h, layer[nm], rows.pad_to)
+                              for nm in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"))
+        conv, rec = self.conv_state[li], self.rec_state[li]
+        if rows.prompt:
+            x = b.conv1d_prompt(qkv, layer["conv"], conv, int(rows.lanes[0]))
+        else:
+            x = b.conv1d_step(qkv, layer["conv"], conv, rows.lanes)
+        q = x[:, :kd].reshape(n, Hk, Dk)
+        k = x[:, kd:2 * kd].reshape(n, Hk, Dk)
+        v = x[:, 2 * kd:].reshape(n, Hv, Dv)
+        g, beta = b.deltanet_gates(aa, bb, layer["a_log"], layer["dt_bias"])
+        if rows.prompt:
+            o = b.deltanet_prompt(q, k, v, g, beta, rec, int(rows.lanes[0]), DELTANET_CHUNK)
+        else:
+            o = b.deltanet_step(q, k, v, g, beta, rec, rows.lanes)
+        o = b.gated_rmsnorm(o, z.reshape(n, Hv, Dv), layer["gnorm"], c.rms_eps)
+        return b.linear(o.reshape(n, vd), layer["out"], rows.pad_to)
+
+    def mlp(self, layer: dict, h, rows: Rows):
+        if "router" not in layer:
+            return super().mlp(layer, h, rows)
+        b = self.b
+        experts, weights = b.moe_route(b.linear(h, layer["router"], rows.pad_to), self.cfg.top_k)
+        out = b.moe_experts(h, layer["experts_gate_up"], layer["experts_down"], experts, weights, rows.prompt)
+        if "shared" in layer:
+            shared = super().mlp(layer["shared"], h, rows)
+            out = b.moe_shared_add(out, shared, b.linear(h, layer["shared_gate"], rows.pad_to))
+        return out
