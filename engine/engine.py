@@ -175,7 +175,7 @@ class Engine:
                 cmd = None
             while cmd is not None:
                 if cmd[0] == "stop":
-                    sched.cancel_all()
+                    sched.cancel_all("shutdown")
                     return
                 if cmd[0] == "add":
                     sched.add(cmd[1])

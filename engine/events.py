@@ -32,7 +32,7 @@ class Token:
 @dataclass(frozen=True)
 class Finished:
     request_id: int
-    reason: str  # "eos" | "stop" | "length" | "cancelled"
+    reason: str  # "eos" | "stop" | "length" | "cancelled" (by its caller) | "shutdown" (the engine stopped)
     text: str
     tokens: int
     prompt_tokens: int

@@ -73,7 +73,7 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
     fixed = windows * W * page_bytes + state
     if s.memory_gib is not None:
         budget = int(s.memory_gib * GIB)
-        source = f"--memory-gib {s.memory_gib:g}"
+        source = f"a memory budget of {s.memory_gib:g} GiB"
     else:
         free = system_free_bytes() if free_bytes is None else free_bytes
         budget = int(max(0, free - weight_bytes) * DEFAULT_FRACTION)

@@ -79,18 +79,18 @@ class Scheduler:
         if len(self.active) + len(self.waiting) > len(self.lanes.lanes):
             seq.on_event(Queued(seq.id, len(self.waiting) - 1))
 
-    def cancel(self, rid: int) -> None:
+    def cancel(self, rid: int, reason: str = "cancelled") -> None:
         for seq in list(self.waiting):
             if seq.id == rid:
                 self.waiting.remove(seq)
-                self._finish(seq, "cancelled")
+                self._finish(seq, reason)
         for seq in list(self.active):
             if seq.id == rid:
-                self._finish(seq, "cancelled")
+                self._finish(seq, reason)
 
-    def cancel_all(self) -> None:
+    def cancel_all(self, reason: str = "cancelled") -> None:
         for seq in list(self.waiting) + list(self.active):
-            self.cancel(seq.id)
+            self.cancel(seq.id, reason)
 
     @property
     def busy(self) -> bool:
@@ -159,7 +159,10 @@ class Scheduler:
                 self._append(seq, self._choose(logits, [seq])[0])
 
     def _decode(self, seqs: list[Sequence]) -> None:
-        logits = self.model.forward(self._rows(seqs, False), self.cache)
+        rows = self._rows(seqs, False)
+        # A GPU backend replays a CUDA graph per batch size, padding with rows on the scratch page.
+        step = getattr(self.b, "decode_step", None)
+        logits = step(self.model, rows, self.cache, self.scratch_page) if step else self.model.forward(rows, self.cache)
         for seq in seqs:
             seq.computed += 1
         for seq, tok in zip(seqs, self._choose(logits, seqs)):
@@ -167,6 +170,9 @@ class Scheduler:
 
     def _choose(self, logits, seqs: list[Sequence]) -> list[int]:
         """Greedy rows by the backend's argmax; sampled rows on the host, keyed by position."""
+        choose = getattr(self.b, "choose", None)  # a GPU backend narrows sampled rows on the device first
+        if choose is not None:
+            return choose(logits, [q.params for q in seqs], [len(q.tokens) for q in seqs])
         greedy = self.b.to_host(self.b.argmax(logits)) if any(q.params.greedy for q in seqs) else None
         out = []
         for i, seq in enumerate(seqs):

@@ -27,25 +27,10 @@ import asyncio as _asyncio
 import os as _os
 from pathlib import Path as _Path
 
-import pytest as _pytest
-
 _os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
-def _real_default_model() -> "_Path | None":
-    # Resolved before any test moves LANECHAT_HOME: `make test` fetches it into the real data dir.
-    try:
-        from engine import default_model_path
-    except ImportError:
-        return None
-    path = default_model_path()
-    return path if path.is_file() else None
-
-
-_DEFAULT_MODEL = _real_default_model()
-
-
-@_pytest.fixture
+@pytest.fixture
 def app_home(tmp_path, monkeypatch) -> _Path:
     """A fresh LANECHAT_HOME: settings, session and conversations of this test only."""
     home = tmp_path / "lanechat-home"
@@ -53,21 +38,21 @@ def app_home(tmp_path, monkeypatch) -> _Path:
     return home
 
 
-@_pytest.fixture(scope="session")
+@pytest.fixture(scope="session")
 def app_model(tmp_path_factory) -> str:
     """A model the numpy backend runs quickly: a tiny random llama, else the default model."""
     try:
         from ckpt import tiny_llama_config, write_hf
     except ImportError:
-        if _DEFAULT_MODEL is None:
-            _pytest.skip("no tiny checkpoint writer (tests/ckpt.py) and no default model (make fetch-default)")
-        return str(_DEFAULT_MODEL)
+        if _ENGINE_DEFAULT_MODEL is None:
+            pytest.skip("no tiny checkpoint writer (tests/ckpt.py) and no default model (make fetch-default)")
+        return str(_ENGINE_DEFAULT_MODEL)
     path = tmp_path_factory.mktemp("tiny-llama")
     write_hf(path, tiny_llama_config(), seed=0)
     return str(path)
 
 
-@_pytest.fixture
+@pytest.fixture
 def qasync_loop(qapp):
     """An asyncio loop on Qt's: coroutines advance whenever qtbot lets Qt process events."""
     import qasync
@@ -82,7 +67,7 @@ def qasync_loop(qapp):
     _asyncio.set_event_loop(None)
 
 
-@_pytest.fixture
+@pytest.fixture
 def run_async(qtbot, qasync_loop):
     """run_async(coro, timeout_s) -> its result, driving Qt (and so the loop) until it is done."""
     def run(coro, timeout: float = 60.0):

@@ -54,4 +54,4 @@ def test_shutdown_cancels_in_flight_requests():
     eng.submit([{"role": "user", "content": "go"}], SamplingParams(temperature=0, max_tokens=10**6, ignore_eos=True),
                got.append)
     eng.shutdown()
-    assert isinstance(got[-1], (Finished, Failed)) and got[-1].reason == "cancelled"
+    assert isinstance(got[-1], Finished) and got[-1].reason == "shutdown"

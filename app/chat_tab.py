@@ -1,0 +1,270 @@
+"""One tab = one conversation: history view, system prompt, composer, and the reply in flight.
+
+The conversation file is written before a request is sent (the user's words are never lost),
+every couple of seconds while a reply streams (marked interrupted until it finishes, so a crash
+keeps what arrived), when the reply ends, and when the tab closes or the app quits.
+"""
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
+
+from engine import Finished, LanechatError
+
+from .chat_view import ChatView, centered
+from .composer import Composer
+from .conversation import Conversation, Message
+from .engine_bridge import EngineBridge, Ticket
+from .message_view import MessageWidget
+from .store import ConversationStore
+
+STREAM_SAVE_PERIOD_S = 2.0
+
+# Tab states, shown as the tab's icon.
+IDLE, WAITING, GENERATING, ERROR = "idle", "waiting", "generating", "error"
+
+
+class Reply:
+    """The RequestSink of one assistant reply: events for an older reply can never touch a newer."""
+
+    def __init__(self, tab: "ChatTab", message: Message, widget: MessageWidget) -> None:
+        self.tab, self.message, self.widget = tab, message, widget
+        self.ticket: Ticket | None = None
+        self._t0: float | None = None
+        self._saved_at = time.monotonic()
+
+    def on_queued(self, ahead: int, reason: str) -> None:
+        reason = reason[:1].upper() + reason[1:]
+        self.widget.set_status(f"{reason} ({ahead} ahead)…" if ahead else f"{reason}…")
+        self.tab.set_state(WAITING)
+
+    def on_started(self, prompt_tokens: int) -> None:
+        info = self.tab.bridge.info
+        if info is not None:
+            self.tab.conversation.model = info.model_name
+        self._t0 = time.monotonic()
+        self.widget.set_status(f"Reading the conversation ({prompt_tokens} tokens)…")
+        self.tab.set_state(GENERATING)
+
+    def on_text(self, text: str, tokens: int) -> None:
+        if not self.message.text:
+            self.widget.set_status("")
+            self._t0 = time.monotonic()  # tok/s counts decoding, not reading the prompt
+        self.message.text += text
+        self.message.tokens = tokens
+        self.widget.set_text(self.message.text)
+        elapsed = time.monotonic() - (self._t0 or time.monotonic())
+        self.widget.update_meta(live_tps=tokens / elapsed if elapsed > 0.2 else 0.0)
+        if time.monotonic() - self._saved_at > STREAM_SAVE_PERIOD_S:
+            self._saved_at = time.monotonic()
+            self.tab.save()
+
+    def on_finished(self, event: Finished) -> None:
+        m = self.message
+        m.text = event.text or m.text
+        m.tokens = event.tokens or m.tokens
+        m.tok_s = round(event.decode_tps, 2) if event.decode_tps else m.tok_s
+        m.interrupted = event.reason in ("cancelled", "shutdown")
+        self.tab.end_reply(self, length_limit=event.reason == "length")
+
+    def on_failed(self, message: str) -> None:
+        self.message.interrupted = True
+        self.message.error = message
+        self.tab.end_reply(self)
+
+
+class ChatTab(QWidget):
+    title_changed = Signal(str)
+    state_changed = Signal(str)
+    saved = Signal(object)  # the Conversation, after it was written
+
+    def __init__(self, conversation: Conversation, store: ConversationStore, bridge: EngineBridge,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.conversation = conversation
+        self.store = store
+        self.bridge = bridge
+        self.state = IDLE
+        self.reply: Reply | None = None
+
+        self.system_toggle = QToolButton(checkable=True, objectName="messageAction",
+                                         toolTip="How the assistant should behave in this conversation")
+        self.system_edit = QPlainTextEdit(
+            placeholderText="System prompt for this conversation, e.g. “Answer briefly, in English.”")
+        self.system_edit.setPlainText(conversation.system_prompt)
+        self.system_edit.setTabChangesFocus(True)
+        self.system_edit.setFixedHeight(self.system_edit.fontMetrics().lineSpacing() * 3 + 16)
+        self.system_edit.setVisible(bool(conversation.system_prompt))
+        self.system_toggle.setChecked(bool(conversation.system_prompt))
+        self.system_toggle.toggled.connect(self._toggle_system)
+        self.system_edit.textChanged.connect(self._system_changed)
+        inner = QWidget()
+        bl = QVBoxLayout(inner)
+        bl.setContentsMargins(0, 4, 0, 6)
+        row = QHBoxLayout()
+        row.addWidget(self.system_toggle)
+        row.addStretch()
+        bl.addLayout(row)
+        bl.addWidget(self.system_edit)
+        bar = centered(inner, "systemPromptBar")
+
+        self.view = ChatView()
+        self.composer = Composer()
+        self.composer.set_text(conversation.draft)
+        self.composer.send_requested.connect(self.send)
+        self.composer.stop_requested.connect(self.stop)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(bar)
+        layout.addWidget(self.view, 1)
+        layout.addWidget(self.composer)
+        self.setFocusProxy(self.composer.edit)
+        self._update_system_toggle()
+        self.view.set_messages(conversation.messages)
+        self._update_actions()
+
+    @property
+    def title(self) -> str:
+        return self.conversation.title or "New chat"
+
+    @property
+    def generating(self) -> bool:
+        return self.reply is not None
+
+    # --- conversation actions ------------------------------------------------------------------
+
+    def send(self, text: str) -> None:
+        if self.generating or not text.strip():
+            return
+        had_title = bool(self.conversation.title)
+        self.conversation.add(Message("user", text))
+        if not had_title:
+            self.title_changed.emit(self.title)
+        self.view.add(self.conversation.messages[-1])
+        self._generate()
+
+    def regenerate(self) -> None:
+        """Write the last reply again (or retry after a failure left the user's message last)."""
+        msgs = self.conversation.messages
+        if self.generating or not msgs:
+            return
+        if msgs[-1].role == "assistant":
+            msgs.pop()
+            self.view.remove_from(len(msgs))
+        if msgs and msgs[-1].role == "user":
+            self._generate()
+
+    def edit_last(self) -> None:
+        """Take the last user message back into the composer; what followed it is dropped."""
+        msgs = self.conversation.messages
+        idx = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].role == "user"), None)
+        if self.generating or idx is None:
+            return
+        text = msgs[idx].text
+        del msgs[idx:]
+        self.view.remove_from(idx)
+        self.conversation.touch()
+        self.composer.set_text(text)
+        self.composer.edit.setFocus()
+        self._update_actions()
+        self.save()
+
+    def stop(self) -> None:
+        if self.reply is not None and self.reply.ticket is not None:
+            self.bridge.cancel(self.reply.ticket)
+
+    def rename(self, title: str) -> None:
+        title = title.strip()
+        if title and title != self.conversation.title:
+            self.conversation.title = title
+            self.title_changed.emit(title)
+            self.save()
+
+    # --- the reply in flight ------------------------------------------------------------------
+
+    def _generate(self) -> None:
+        conv = self.conversation
+        history = conv.engine_messages()
+        if self.bridge.settings is not None:
+            conv.settings = self.bridge.settings.to_dict()
+        message = conv.add(Message("assistant", "", interrupted=True))
+        conv.touch()
+        self.save()  # before generation: the user's message is on disk whatever happens next
+        widget = self.view.add(message)
+        widget.show_streaming()
+        self.view.scroll_to_end()
+        self.reply = reply = Reply(self, message, widget)
+        self.composer.set_generating(True)
+        self._update_actions()
+        sampling = self.bridge.settings.sampling if self.bridge.settings is not None else None
+        try:
+            reply.ticket = self.bridge.submit(history, sampling, reply)
+        except LanechatError as e:
+            reply.on_failed(str(e))
+            return
+        if self.state == IDLE:
+            self.set_state(WAITING)
+
+    def end_reply(self, reply: Reply, length_limit: bool = False) -> None:
+        if reply is not self.reply:
+            return
+        self.reply = None
+        reply.widget.show_final()
+        reply.widget.update_meta()
+        if length_limit:
+            reply.widget.set_status("Stopped at the reply length limit (max tokens in Settings).")
+        self.conversation.touch()
+        self.save()
+        self.composer.set_generating(False)
+        self._update_actions()
+        self.set_state(ERROR if reply.message.error else IDLE)
+
+    def set_state(self, state: str) -> None:
+        if state != self.state:
+            self.state = state
+            self.state_changed.emit(state)
+
+    # --- persistence --------------------------------------------------------------------------
+
+    def detach(self) -> None:
+        """The tab closes or the app quits: stop the reply (it stays marked interrupted), save."""
+        if self.reply is not None:
+            if self.reply.ticket is not None:
+                self.bridge.abandon(self.reply.ticket)
+            self.reply = None
+        self.save()
+
+    def save(self) -> None:
+        """Write the conversation unless it is still empty (empty tabs leave no files behind)."""
+        conv = self.conversation
+        conv.draft = self.composer.text()
+        if conv.messages or conv.draft.strip() or conv.system_prompt.strip() or self.store.exists(conv.id):
+            self.store.save(conv)
+            self.saved.emit(conv)
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _update_actions(self) -> None:
+        msgs = self.conversation.messages
+        last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=None)
+        for i, w in enumerate(self.view.widgets):
+            idle = not self.generating
+            w.set_actions(edit=idle and i == last_user,
+                          regenerate=idle and i == len(msgs) - 1 and w.message.role == "assistant")
+
+    def _toggle_system(self, on: bool) -> None:
+        self.system_edit.setVisible(on)
+        self._update_system_toggle()
+        if on:
+            self.system_edit.setFocus()
+
+    def _system_changed(self) -> None:
+        self.conversation.system_prompt = self.system_edit.toPlainText()
+        self._update_system_toggle()
+
+    def _update_system_toggle(self) -> None:
+        state = "set" if self.conversation.system_prompt.strip() else "none"
+        self.system_toggle.setText(f"System prompt: {state}  {'▴' if self.system_toggle.isChecked() else '▾'}")

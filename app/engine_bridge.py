@@ -1,0 +1,264 @@
+"""The engine thread ↔ Qt: start/stop off the GUI thread, events delivered on it, coalesced.
+
+The engine calls `on_event` on its own thread for every token. Emitting a Qt signal per token
+would flood the GUI with 8 streams typing, so events go into a locked buffer instead, and the
+GUI thread drains it at most ~30 times a second, merging each request's consecutive tokens into
+one text update. Each request reports to a RequestSink (one chat tab) on the GUI thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+
+from engine import (Engine, EngineInfo, EngineSettings, Failed, Finished, LanechatError, Queued,
+                    SamplingParams, Started, Token)
+
+log = logging.getLogger(__name__)
+engine_log = logging.getLogger("engine")
+
+DRAIN_PERIOD_S = 1 / 30
+USAGE_PERIOD_MS = 500
+
+
+class RequestSink(Protocol):
+    """Where one request's progress goes; every method is called on the GUI thread."""
+
+    def on_queued(self, ahead: int, reason: str) -> None: ...
+    def on_started(self, prompt_tokens: int) -> None: ...
+    def on_text(self, text: str, tokens: int) -> None: ...  # new text since the last call, tokens so far
+    def on_finished(self, event: Finished) -> None: ...
+    def on_failed(self, message: str) -> None: ...
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One submitted request, before and after the engine has given it an id."""
+    messages: list[dict[str, str]]
+    sampling: SamplingParams | None
+    sink: RequestSink
+    key: tuple[int, int] | None = None  # (engine generation, engine request id) once submitted
+    tokens: int = 0
+    done: bool = False
+
+
+class EngineBridge(QObject):
+    """Owns the Engine; every public method is for the GUI thread."""
+
+    state_changed = Signal()        # state, info or error changed
+    progress = Signal(str, float)   # model loading: what, fraction
+    usage_changed = Signal(object)  # engine.Usage, polled while an engine runs
+    _wake = Signal()                # engine thread → GUI thread: events are waiting
+
+    def __init__(self, engine_factory: Callable[[EngineSettings], Engine] | None = None,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        # The engine's own lines (the plan, backend fallbacks) go to the log, not to stdout.
+        self._factory = engine_factory or (lambda settings: Engine(settings, log=engine_log.info))
+        self._engine: Engine | None = None
+        self._generation = 0
+        self.state = "stopped"  # stopped | starting | ready | failed
+        self.error: str | None = None
+        self.settings: EngineSettings | None = None
+        self._pending: list[Ticket] = []  # sent while the model loads
+        self._tickets: dict[tuple[int, int], Ticket] = {}
+        self._lock = threading.Lock()
+        self._events: list[tuple[int, object]] = []
+        self._wake_posted = False
+        self._last_drain = 0.0
+        self._drain_timer = QTimer(self, singleShot=True, timeout=self._drain)
+        self._wake.connect(self._schedule_drain, Qt.ConnectionType.QueuedConnection)
+        self._usage_timer = QTimer(self, interval=USAGE_PERIOD_MS, timeout=self._poll_usage)
+
+    @property
+    def info(self) -> EngineInfo | None:
+        return self._engine.info if self._engine is not None and self.state == "ready" else None
+
+    @property
+    def busy(self) -> int:
+        """Requests submitted and not yet finished, loading ones included."""
+        return len(self._pending) + len(self._tickets)
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def start(self, settings: EngineSettings) -> None:
+        """(Re)start the engine with `settings`; raises LanechatError with the loader's message.
+
+        Requests in flight on the old engine end as cancelled (their tabs keep the text so far).
+        """
+        await self.stop()
+        self._generation += 1
+        generation = self._generation
+        self.settings, self.error, self.state = settings, None, "starting"
+        self.state_changed.emit()
+        loop = asyncio.get_running_loop()
+        try:
+            engine = self._factory(settings)
+            await loop.run_in_executor(None, engine.start, self.progress.emit)
+        except Exception as e:  # noqa: BLE001 - any load failure must leave the app usable
+            if generation != self._generation:  # abandoned by stop(): nobody waits for this load
+                return
+            self.state = "failed"
+            self.error = str(e) if isinstance(e, LanechatError) else f"{type(e).__name__}: {e}"
+            pending, self._pending = self._pending, []
+            for ticket in pending:
+                _deliver(ticket.sink.on_failed, f"No model is loaded: {self.error}")
+            self.state_changed.emit()
+            if isinstance(e, LanechatError):
+                raise
+            raise LanechatError(self.error) from e
+        if generation != self._generation:  # stop() or another start() overtook this one
+            await loop.run_in_executor(None, engine.shutdown)
+            return
+        self._engine, self.state = engine, "ready"
+        self._usage_timer.start()
+        pending, self._pending = self._pending, []
+        for ticket in pending:
+            self._submit(ticket)
+        self.state_changed.emit()
+        self._poll_usage()
+
+    async def stop(self) -> None:
+        """Shut the engine down off the GUI thread (a step in progress finishes first)."""
+        engine = self._detach()
+        if engine is not None:
+            await asyncio.get_running_loop().run_in_executor(None, engine.shutdown)
+            self._drain()
+
+    def shutdown_now(self) -> None:
+        """Blocking shutdown for quitting: the event loop may already be going away."""
+        engine = self._detach()
+        if engine is not None:
+            engine.shutdown()
+            self._drain()
+
+    def _detach(self) -> Engine | None:
+        engine, self._engine = self._engine, None
+        self._usage_timer.stop()
+        if self.state in ("ready", "starting"):
+            self.state = "stopped"
+            self._generation += 1  # a load still running is abandoned when it returns
+            self.state_changed.emit()
+        return engine
+
+    # --- requests --------------------------------------------------------------------------
+
+    def submit(self, messages: list[dict[str, str]], sampling: SamplingParams | None,
+               sink: RequestSink) -> Ticket:
+        """Send a chat; raises LanechatError (RequestError...) if the engine refuses it outright."""
+        ticket = Ticket(messages, sampling, sink)
+        if self.state == "starting":
+            self._pending.append(ticket)
+            _deliver(sink.on_queued, 0, "waiting for the model to load")
+        elif self.state == "ready":
+            self._submit(ticket, deliver_errors=False)
+        else:
+            raise LanechatError(f"No model is loaded: {self.error}" if self.error else "The engine is not running")
+        return ticket
+
+    def _submit(self, ticket: Ticket, deliver_errors: bool = True) -> None:
+        assert self._engine is not None
+        on_event = functools.partial(self._on_event, self._generation)
+        try:
+            rid = self._engine.submit(ticket.messages, ticket.sampling, on_event=on_event)
+        except LanechatError as e:
+            ticket.done = True
+            if not deliver_errors:
+                raise
+            _deliver(ticket.sink.on_failed, str(e))
+            return
+        # Safe although the engine may already be running it: its events are only read by
+        # _drain, which runs on this thread after we return.
+        ticket.key = (self._generation, rid)
+        self._tickets[ticket.key] = ticket
+
+    def cancel(self, ticket: Ticket) -> None:
+        """Stop a request; its sink then gets on_finished(reason="cancelled") with the text so far."""
+        if ticket in self._pending:
+            self._pending.remove(ticket)
+            ticket.done = True
+            _deliver(ticket.sink.on_finished, Finished(request_id=-1, reason="cancelled", text="", tokens=0,
+                                                     prompt_tokens=0, prompt_tps=0.0, decode_tps=0.0))
+        else:
+            self._cancel_in_engine(ticket)
+
+    def abandon(self, ticket: Ticket) -> None:
+        """Stop a request and deliver nothing more: its tab is closing, or the app is quitting."""
+        if ticket in self._pending:
+            self._pending.remove(ticket)
+        self._cancel_in_engine(ticket)
+        ticket.done = True
+        self._tickets.pop(ticket.key, None)
+
+    def _cancel_in_engine(self, ticket: Ticket) -> None:
+        if (ticket.key is not None and not ticket.done and self._engine is not None
+                and ticket.key[0] == self._generation):
+            self._engine.cancel(ticket.key[1])
+
+    # --- engine thread → GUI thread ----------------------------------------------------------
+
+    def _on_event(self, generation: int, event: object) -> None:
+        """Engine thread: buffer, and wake the GUI thread once per batch."""
+        with self._lock:
+            self._events.append((generation, event))
+            if self._wake_posted:
+                return
+            self._wake_posted = True
+        self._wake.emit()
+
+    def _schedule_drain(self) -> None:
+        if not self._drain_timer.isActive():
+            wait = self._last_drain + DRAIN_PERIOD_S - time.monotonic()
+            self._drain_timer.start(max(0, int(wait * 1000)))
+
+    def _drain(self) -> None:
+        with self._lock:
+            events, self._events = self._events, []
+            self._wake_posted = False
+        self._last_drain = time.monotonic()
+        text: dict[Ticket, list[str]] = {}  # per ticket: tokens not yet delivered
+        for generation, ev in events:
+            ticket = self._tickets.get((generation, ev.request_id))
+            if ticket is None or ticket.done:
+                continue
+            if isinstance(ev, Token):
+                ticket.tokens += 1
+                text.setdefault(ticket, []).append(ev.text)
+                continue
+            self._flush(ticket, text.pop(ticket, None))  # text before the event that follows it
+            if isinstance(ev, Queued):
+                _deliver(ticket.sink.on_queued, ev.ahead, ev.reason)
+            elif isinstance(ev, Started):
+                _deliver(ticket.sink.on_started, ev.prompt_tokens)
+            elif isinstance(ev, (Finished, Failed)):
+                ticket.done = True
+                del self._tickets[ticket.key]
+                if isinstance(ev, Finished):
+                    _deliver(ticket.sink.on_finished, ev)
+                else:
+                    _deliver(ticket.sink.on_failed, ev.message)
+        for ticket, parts in text.items():
+            self._flush(ticket, parts)
+
+    @staticmethod
+    def _flush(ticket: Ticket, parts: list[str] | None) -> None:
+        if parts:
+            _deliver(ticket.sink.on_text, "".join(parts), ticket.tokens)
+
+    def _poll_usage(self) -> None:
+        if self._engine is not None and self.state == "ready":
+            self.usage_changed.emit(self._engine.usage())
+
+
+def _deliver(method: Callable[..., None], *args: object) -> None:
+    # One tab's broken handler must not stop the other tabs' streams.
+    try:
+        method(*args)
+    except Exception:  # noqa: BLE001
+        log.exception("request sink %s failed", method)

@@ -1,0 +1,172 @@
+"""The sidebar: every saved conversation, newest first. Click or Enter opens it (or shows its
+tab); the context menu exports to Markdown or deletes (after asking); Delete deletes too."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from PySide6.QtCore import QModelIndex, QPoint, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QFont, QFontMetrics, QKeyEvent, QPainter
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMenu, QPushButton,
+                               QStyle, QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout, QWidget)
+
+from . import theme
+from .conversation import Conversation
+
+_ID = Qt.ItemDataRole.UserRole
+_WHEN = Qt.ItemDataRole.UserRole + 1
+_OPEN = Qt.ItemDataRole.UserRole + 2
+
+
+def when(iso: str) -> str:
+    """'14:05' today, 'Yesterday', 'Mon' within a week, '3 Mar 2025' before."""
+    try:
+        t = datetime.fromisoformat(iso).astimezone()
+    except ValueError:
+        return ""
+    days = (datetime.now().astimezone().date() - t.date()).days
+    if days <= 0:
+        return f"{t:%H:%M}"
+    if days == 1:
+        return "Yesterday"
+    if days < 7:
+        return f"{t:%A}"
+    return f"{t.day} {t:%b %Y}"
+
+
+class _Delegate(QStyledItemDelegate):
+    """Two lines per conversation: its title, and when it was last used (muted)."""
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:  # noqa: N802
+        h = option.fontMetrics.lineSpacing()
+        return QSize(200, 2 * h + 14)
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        opt.text = ""
+        opt.widget.style().drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        pal = option.palette
+        r = option.rect.adjusted(12, 6, -10, -6)
+        h = option.fontMetrics.lineSpacing()
+        title_font = QFont(option.font)
+        if index.data(_OPEN):
+            title_font.setWeight(QFont.Weight.DemiBold)
+        painter.save()
+        painter.setFont(title_font)
+        painter.setPen(pal.highlightedText().color() if selected else pal.text().color())
+        title = QFontMetrics(title_font).elidedText(index.data(Qt.ItemDataRole.DisplayRole),
+                                                    Qt.TextElideMode.ElideRight, r.width())
+        painter.drawText(QRect(r.left(), r.top(), r.width(), h), Qt.AlignmentFlag.AlignVCenter, title)
+        painter.setFont(option.font)
+        painter.setPen(pal.highlightedText().color() if selected else theme.muted(pal))
+        sub = index.data(_WHEN) + ("  ·  open" if index.data(_OPEN) else "")
+        painter.drawText(QRect(r.left(), r.top() + h + 2, r.width(), h), Qt.AlignmentFlag.AlignVCenter, sub)
+        painter.restore()
+
+
+class _List(QListWidget):
+    delete_pressed = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
+        if event.key() == Qt.Key.Key_Delete:
+            self.delete_pressed.emit()
+        elif event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self.currentItem():
+            self.itemActivated.emit(self.currentItem())
+        else:
+            super().keyPressEvent(event)
+
+
+class HistoryPanel(QWidget):
+    open_requested = Signal(str)
+    export_requested = Signal(str)
+    delete_requested = Signal(str)
+    new_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.list = _List(objectName="history")
+        self.list.setItemDelegate(_Delegate(self.list))
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.customContextMenuRequested.connect(self._menu)
+        self.list.itemActivated.connect(lambda item: self.open_requested.emit(item.data(_ID)))
+        self.list.itemClicked.connect(lambda item: self.open_requested.emit(item.data(_ID)))
+        self.list.delete_pressed.connect(self._delete_current)
+        new = QPushButton("New chat", toolTip="Open a new tab (Ctrl+T)")
+        new.clicked.connect(self.new_requested)
+        head = QHBoxLayout()
+        head.setContentsMargins(12, 10, 8, 6)
+        head.addWidget(QLabel("Conversations", objectName="role"))
+        head.addStretch()
+        head.addWidget(new)
+        self._empty = QLabel("Saved conversations appear here.", objectName="hint", wordWrap=True,
+                             alignment=Qt.AlignmentFlag.AlignCenter)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addLayout(head)
+        layout.addWidget(self._empty)
+        layout.addWidget(self.list, 1)
+        self._empty.setContentsMargins(12, 24, 12, 0)
+
+    def set_conversations(self, convs: list[Conversation], open_ids: set[str]) -> None:
+        self.list.clear()
+        for conv in reversed(convs):  # upsert puts each on top
+            self.upsert(conv, conv.id in open_ids)
+        self._empty.setVisible(not convs)
+
+    def upsert(self, conv: Conversation, is_open: bool) -> None:
+        """Add or refresh one conversation and move it to the top (it was just used)."""
+        current = self.list.currentItem()
+        current_id = current.data(_ID) if current else None
+        self.remove(conv.id)
+        item = QListWidgetItem(conv.title or "New chat")
+        item.setData(_ID, conv.id)
+        item.setData(_WHEN, when(conv.updated))
+        item.setData(_OPEN, is_open)
+        item.setToolTip(conv.title)
+        self.list.insertItem(0, item)
+        if current_id == conv.id:
+            self.list.setCurrentItem(item)
+        self._empty.hide()
+
+    def set_open(self, cid: str, is_open: bool) -> None:
+        item = self._item(cid)
+        if item is not None:
+            item.setData(_OPEN, is_open)
+
+    def select(self, cid: str) -> None:
+        """Mark the conversation of the current tab, without opening anything."""
+        item = self._item(cid)
+        if item is not None:
+            self.list.setCurrentItem(item)
+        else:
+            self.list.clearSelection()
+
+    def remove(self, cid: str) -> None:
+        item = self._item(cid)
+        if item is not None:
+            self.list.takeItem(self.list.row(item))
+        self._empty.setVisible(self.list.count() == 0)
+
+    def ids(self) -> list[str]:
+        return [self.list.item(i).data(_ID) for i in range(self.list.count())]
+
+    def _item(self, cid: str) -> QListWidgetItem | None:
+        return next((self.list.item(i) for i in range(self.list.count()) if self.list.item(i).data(_ID) == cid), None)
+
+    def _delete_current(self) -> None:
+        if self.list.currentItem():
+            self.delete_requested.emit(self.list.currentItem().data(_ID))
+
+    def _menu(self, pos: QPoint) -> None:
+        item = self.list.itemAt(pos)
+        if item is None:
+            return
+        cid = item.data(_ID)
+        menu = QMenu(self)
+        menu.addAction("Open", lambda: self.open_requested.emit(cid))
+        menu.addAction("Export to Markdown…", lambda: self.export_requested.emit(cid))
+        menu.addSeparator()
+        menu.addAction("Delete…", lambda: self.delete_requested.emit(cid))
+        menu.exec(self.list.viewport().mapToGlobal(pos))

@@ -1,0 +1,62 @@
+"""`lanechat`: the desktop app's entry point (the console script and the .desktop entry's Exec)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import qasync
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QApplication
+
+from engine import paths
+
+from . import APP_ID, APP_NAME, theme
+from .app_settings import load_settings
+from .engine_bridge import EngineBridge
+from .resources import app_icon
+from .store import ConversationStore
+from .window import MainWindow
+
+
+def create_window() -> MainWindow:
+    """The window of the last session, wired to a stopped engine: call start_engine() next."""
+    settings, notice = load_settings()
+    store = ConversationStore(paths.data_dir() / "conversations")
+    window = MainWindow(store, EngineBridge(), settings, icon=app_icon())
+    window.restore([notice] if notice else [])
+    return window
+
+
+def configure(app: QApplication) -> None:
+    """Names, icon and look; before the first window is shown."""
+    # Must match the .desktop file's name so the shell ties the window to its launcher and icon.
+    QGuiApplication.setDesktopFileName(APP_ID)
+    app.setApplicationName("lanechat")  # X11 WM_CLASS, matched by the entry's StartupWMClass
+    app.setApplicationDisplayName(APP_NAME)
+    app.setWindowIcon(app_icon())
+    theme.apply(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    app = QApplication(sys.argv if argv is None else argv)
+    configure(app)
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    window = create_window()
+    window.show()
+    # A session logout or `kill` closes the window normally, so replies in progress are saved.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, window.close)
+    closed = asyncio.Event()
+    app.aboutToQuit.connect(closed.set)
+    with loop:
+        asyncio.ensure_future(window.start_engine())
+        loop.run_until_complete(closed.wait())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

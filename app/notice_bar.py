@@ -1,0 +1,59 @@
+"""Notices across the top of the window (a model that failed to load, a conversation file set
+aside): visible without blocking anything, each with an optional action and a close button."""
+from __future__ import annotations
+
+from typing import Callable
+
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
+
+from . import theme
+
+
+class Notice(QFrame):
+    def __init__(self, text: str, error: bool, action: tuple[str, Callable[[], None]] | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.text = text
+        p = self.palette()
+        colour = theme.error_color(p) if error else theme.mix(p.text().color(), p.highlight().color(), 0.6)
+        bg = theme.mix(p.base().color(), colour, 0.10)
+        self.setStyleSheet(f"Notice {{ background: {bg.name()}; border-bottom: 1px solid "
+                           f"{theme.mix(bg, colour, 0.3).name()}; }}")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(16, 6, 8, 6)
+        label = QLabel(text, wordWrap=True)
+        row.addWidget(label, 1)
+        if action is not None:
+            button = QPushButton(action[0])
+            button.clicked.connect(action[1])
+            row.addWidget(button)
+        close = QToolButton(text="✕", toolTip="Dismiss", autoRaise=True)
+        close.clicked.connect(self.dismiss)
+        row.addWidget(close)
+
+    def dismiss(self) -> None:
+        self.hide()
+        self.deleteLater()
+
+
+class NoticeBar(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._layout = QVBoxLayout(self)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+        self._layout.setSpacing(0)
+
+    def add(self, text: str, error: bool = False,
+            action: tuple[str, Callable[[], None]] | None = None) -> Notice:
+        notice = Notice(text, error, action)
+        self._layout.addWidget(notice)
+        return notice
+
+    def notices(self) -> list[Notice]:
+        return [w for w in self.findChildren(Notice) if not w.isHidden()]
+
+    def dismiss(self, prefix: str) -> None:
+        """Drop notices that start with `prefix` (a newer state replaces them)."""
+        for n in self.notices():
+            if n.text.startswith(prefix):
+                n.dismiss()

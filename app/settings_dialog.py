@@ -1,0 +1,217 @@
+"""Settings (Ctrl+,): model, engine and sampling defaults, with the memory plan recomputed as
+values change. A plan that cannot fit, or a model the loader refuses, cannot be applied."""
+from __future__ import annotations
+
+import copy
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
+                               QFrame, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox,
+                               QVBoxLayout, QWidget)
+
+from engine import EngineSettings, LanechatError, default_model_path, describe_model, plan
+
+from . import theme
+
+_BACKENDS = [("auto", "Automatic (GPU when there is one)"), ("cupy", "GPU (CuPy)"), ("numpy", "CPU (NumPy)")]
+_KV = [("bf16", "bf16"), ("fp8", "fp8 (half the memory)")]
+_PAGING = [("off", "Off: every stream has its own window"),
+           ("pages", "Other streams on pages"),
+           ("all", "All streams on pages")]
+_PAGE_SIZES = [16, 32, 64, 128, 256, 512, 1024]
+_DEBOUNCE_MS = 120  # recompute the plan once typing pauses, not on every keystroke
+
+
+def _combo(items: list[tuple[object, str]], value: object) -> QComboBox:
+    box = QComboBox()
+    for data, label in items:
+        box.addItem(label, data)
+    box.setCurrentIndex(max(0, box.findData(value)))
+    return box
+
+
+def _spin(lo: int, hi: int, value: int, step: int = 1, special: str = "") -> QSpinBox:
+    box = QSpinBox(minimum=lo, maximum=hi, value=value, singleStep=step)
+    box.setSpecialValueText(special)
+    return box
+
+
+def _dspin(lo: float, hi: float, value: float, step: float, decimals: int = 2, special: str = "") -> QDoubleSpinBox:
+    box = QDoubleSpinBox(minimum=lo, maximum=hi, value=value, singleStep=step, decimals=decimals)
+    box.setSpecialValueText(special)
+    return box
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, settings: EngineSettings, busy: int = 0, parent: QWidget | None = None) -> None:
+        super().__init__(parent, windowTitle="Settings")
+        self._base = settings
+        self.setMinimumWidth(760)
+        s, sp = settings, settings.sampling
+
+        # Model
+        self.model = QLineEdit(s.model or "", clearButtonEnabled=True)
+        self.model.setPlaceholderText(f"Default: {default_model_path()}")
+        browse_file = QPushButton("File…", toolTip="A GGUF file or a safetensors file")
+        browse_dir = QPushButton("Folder…", toolTip="A Hugging Face or MLX model folder")
+        use_default = QPushButton("Default", toolTip="The embedded default model")
+        browse_file.clicked.connect(self._pick_file)
+        browse_dir.clicked.connect(self._pick_folder)
+        use_default.clicked.connect(self.model.clear)
+        model_row = QHBoxLayout()
+        model_row.addWidget(self.model, 1)
+        for b in (browse_file, browse_dir, use_default):
+            model_row.addWidget(b)
+        self.model_info = QLabel(objectName="meta", wordWrap=True)
+        self.model_info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        model_box = QGroupBox("Model")
+        ml = QVBoxLayout(model_box)
+        ml.addLayout(model_row)
+        ml.addWidget(self.model_info)
+
+        # Engine
+        self.backend = _combo(_BACKENDS, s.backend)
+        self.parallel = _spin(1, 64, s.parallel)
+        self.parallel.setSuffix(" streams")
+        self.context = _spin(16, 1 << 20, s.context, step=1024)
+        self.context.setSuffix(" tokens")
+        self.kv_dtype = _combo(_KV, s.kv_dtype)
+        self.paging = _combo(_PAGING, s.paging)
+        self.page_tokens = _combo([(n, f"{n} tokens") for n in _PAGE_SIZES], s.page_tokens)
+        self.memory = _dspin(0, 4096, s.memory_gib or 0, 0.5, special="Automatic (a safe share of free memory)")
+        self.memory.setSuffix(" GiB")
+        engine_box = QGroupBox("Engine")
+        ef = QFormLayout(engine_box)
+        ef.addRow("Backend", self.backend)
+        ef.addRow("Parallel streams", self.parallel)
+        ef.addRow("Context", self.context)
+        ef.addRow("KV cache dtype", self.kv_dtype)
+        ef.addRow("Paging", self.paging)
+        ef.addRow("Page size", self.page_tokens)
+        ef.addRow("Memory budget", self.memory)
+
+        # Sampling
+        self.temperature = _dspin(0, 2, sp.temperature, 0.05, special="0 (greedy)")
+        self.top_p = _dspin(0.01, 1, sp.top_p, 0.05)
+        self.top_k = _spin(0, 1000, sp.top_k, special="Off")
+        self.max_tokens = _spin(1, 1 << 20, sp.max_tokens, step=256)
+        self.seed = _spin(0, 2**31 - 1, sp.seed)
+        sampling_box = QGroupBox("Sampling defaults")
+        sf = QFormLayout(sampling_box)
+        sf.addRow("Temperature", self.temperature)
+        sf.addRow("Top-p", self.top_p)
+        sf.addRow("Top-k", self.top_k)
+        sf.addRow("Max tokens per reply", self.max_tokens)
+        sf.addRow("Seed", self.seed)
+
+        columns = QHBoxLayout()
+        columns.addWidget(engine_box, 3)
+        columns.addWidget(sampling_box, 2)
+
+        # The plan, live
+        self.plan_label = QLabel(wordWrap=True, textFormat=Qt.TextFormat.PlainText)
+        self.plan_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        plan_box = QFrame(objectName="planBox")
+        pl = QVBoxLayout(plan_box)
+        pl.addWidget(QLabel("Memory plan", objectName="role"))
+        pl.addWidget(self.plan_label)
+        self.busy_note = QLabel(objectName="meta", wordWrap=True)
+        if busy:
+            self.busy_note.setText(f"Applying restarts the engine: {busy} repl{'y' if busy == 1 else 'ies'} "
+                                   "in progress will stop, keeping the text so far.")
+        self.busy_note.setVisible(bool(busy))
+
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Apply | QDialogButtonBox.StandardButton.Cancel)
+        self.apply_button = self.buttons.button(QDialogButtonBox.StandardButton.Apply)
+        self.apply_button.setText("Apply and restart engine")
+        self.apply_button.setDefault(True)
+        self.apply_button.clicked.connect(self._apply)
+        self.buttons.rejected.connect(self.reject)
+
+        layout = QVBoxLayout(self)
+        layout.setSpacing(10)
+        layout.addWidget(model_box)
+        layout.addLayout(columns)
+        layout.addWidget(plan_box)
+        layout.addWidget(self.busy_note)
+        layout.addWidget(self.buttons)
+
+        self._timer = QTimer(self, singleShot=True, interval=_DEBOUNCE_MS, timeout=self.refresh)
+        self._model_checked: str | None = None
+        self._model_ok = False
+        for w in (self.backend, self.kv_dtype, self.paging, self.page_tokens):
+            w.currentIndexChanged.connect(self._changed)
+        for w in (self.parallel, self.context, self.memory, self.temperature, self.top_p, self.top_k,
+                  self.max_tokens, self.seed):
+            w.valueChanged.connect(self._changed)
+        self.model.textChanged.connect(self._changed)
+        self.fits = False
+        self.refresh()
+
+    def settings(self) -> EngineSettings:
+        """The settings as the form shows them (not validated)."""
+        s = copy.deepcopy(self._base)
+        s.model = self.model.text().strip() or None
+        s.backend = self.backend.currentData()
+        s.parallel = self.parallel.value()
+        s.context = self.context.value()
+        s.kv_dtype = self.kv_dtype.currentData()
+        s.paging = self.paging.currentData()
+        s.page_tokens = self.page_tokens.currentData()
+        s.memory_gib = self.memory.value() or None
+        sp = s.sampling
+        sp.temperature = round(self.temperature.value(), 4)
+        sp.top_p = round(self.top_p.value(), 4)
+        sp.top_k = self.top_k.value()
+        sp.max_tokens = self.max_tokens.value()
+        sp.seed = self.seed.value()
+        return s
+
+    def refresh(self) -> None:
+        """Describe the model (when it changed) and recompute the plan; enable Apply if it fits."""
+        s = self.settings()
+        self.page_tokens.setEnabled(s.paging != "off")
+        if not self._check_model(s.model):
+            fits, text = False, "No plan: the model above cannot be read."
+        else:
+            p = plan(s)  # never raises: a plan that cannot work says why in p.error
+            fits, text = p.fits, (p.line if p.fits else f"Does not fit: {p.error or p.line}")
+        self.fits = fits
+        self.plan_label.setText(text)
+        theme.restyle(self.plan_label, "plan" if fits else "error")
+        self.apply_button.setEnabled(self.fits)
+
+    def _check_model(self, model: str | None) -> bool:
+        key = model or ""
+        if key != self._model_checked:
+            self._model_checked = key
+            try:
+                self.model_info.setText(describe_model(model))
+                self._model_ok = True
+            except LanechatError as e:
+                self.model_info.setText(str(e))
+                self._model_ok = False
+            theme.restyle(self.model_info, "meta" if self._model_ok else "error")
+        return self._model_ok
+
+    def _changed(self) -> None:
+        self.apply_button.setEnabled(False)  # until the plan for these values is known
+        self._timer.start()
+
+    def _apply(self) -> None:
+        self._timer.stop()
+        self._model_checked = None  # the file may have changed on disk since it was described
+        self.refresh()
+        if self.fits:
+            self.accept()
+
+    def _pick_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a model file", self.model.text(),
+                                              "Models (*.gguf *.safetensors);;All files (*)")
+        if path:
+            self.model.setText(path)
+
+    def _pick_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Choose a model folder", self.model.text())
+        if path:
+            self.model.setText(path)

@@ -1,0 +1,75 @@
+"""Look: Fusion everywhere (the same on every desktop), colours derived from the palette so a
+dark system theme stays readable, one stylesheet for the chat's own widgets."""
+from __future__ import annotations
+
+from PySide6.QtGui import QColor, QFont, QFontDatabase, QPalette
+from PySide6.QtWidgets import QApplication, QWidget
+
+
+def mix(a: QColor, b: QColor, t: float) -> QColor:
+    """`t` of the way from a to b."""
+    return QColor.fromRgbF(a.redF() + (b.redF() - a.redF()) * t, a.greenF() + (b.greenF() - a.greenF()) * t,
+                           a.blueF() + (b.blueF() - a.blueF()) * t)
+
+
+def muted(palette: QPalette) -> QColor:
+    """Secondary text: timestamps, token counts, hints."""
+    return mix(palette.color(QPalette.ColorRole.Text), palette.color(QPalette.ColorRole.Base), 0.45)
+
+
+def error_color(palette: QPalette) -> QColor:
+    dark = palette.color(QPalette.ColorRole.Base).lightnessF() < 0.5
+    return QColor("#ff8a80") if dark else QColor("#b3261e")
+
+
+def ok_color(palette: QPalette) -> QColor:
+    dark = palette.color(QPalette.ColorRole.Base).lightnessF() < 0.5
+    return QColor("#81c995") if dark else QColor("#1e7a34")
+
+
+def restyle(widget: QWidget, object_name: str) -> None:
+    """Switch a widget to another stylesheet rule (the rules select on object names)."""
+    widget.setObjectName(object_name)
+    widget.style().unpolish(widget)
+    widget.style().polish(widget)
+
+
+def code_font() -> QFont:
+    return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+
+
+def apply(app: QApplication) -> None:
+    app.setStyle("Fusion")
+    p = app.palette()
+    text, base = p.color(QPalette.ColorRole.Text), p.color(QPalette.ColorRole.Base)
+    accent = p.color(QPalette.ColorRole.Highlight)
+    window = p.color(QPalette.ColorRole.Window)
+    user_bg = mix(base, accent, 0.10)
+    code_bg = mix(base, text, 0.05)
+    border = mix(base, text, 0.14)
+    app.setStyleSheet(f"""
+        QScrollArea#chatView, QWidget#chatColumn {{ background: {base.name()}; border: none; }}
+        QFrame#userMessage {{ background: {user_bg.name()}; border: 1px solid {mix(user_bg, accent, 0.25).name()};
+                              border-radius: 12px; }}
+        QFrame#assistantMessage {{ background: transparent; border: none; }}
+        QLabel#role {{ font-weight: 600; }}
+        QLabel#meta, QLabel#hint {{ color: {muted(p).name()}; }}
+        QLabel#status {{ color: {muted(p).name()}; font-style: italic; }}
+        QLabel#error {{ color: {error_color(p).name()}; }}
+        QFrame#codeBlock {{ background: {code_bg.name()}; border: 1px solid {border.name()}; border-radius: 8px; }}
+        QFrame#codeBlock QLabel#lang {{ color: {muted(p).name()}; }}
+        QFrame#codeHeader {{ border: none; border-bottom: 1px solid {border.name()}; }}
+        QFrame#composer {{ background: {base.name()}; border: 1px solid {border.name()}; border-radius: 10px; }}
+        QFrame#composer QPlainTextEdit {{ border: none; background: transparent; }}
+        QWidget#composerBar {{ background: {base.name()}; }}
+        QToolButton#messageAction {{ border: none; padding: 2px 6px; color: {muted(p).name()}; border-radius: 4px; }}
+        QToolButton#messageAction:hover {{ background: {mix(base, text, 0.08).name()}; color: {text.name()}; }}
+        QPushButton#primary {{ background: {accent.name()}; color: {p.color(QPalette.ColorRole.HighlightedText).name()};
+                               border: none; border-radius: 6px; padding: 6px 16px; font-weight: 600; }}
+        QPushButton#primary:disabled {{ background: {mix(accent, window, 0.6).name()}; }}
+        QPushButton#stop {{ border: 1px solid {border.name()}; border-radius: 6px; padding: 6px 16px; }}
+        QWidget#systemPromptBar {{ background: {base.name()}; border-bottom: 1px solid {border.name()}; }}
+        QFrame#planBox {{ border: 1px solid {border.name()}; border-radius: 6px; background: {code_bg.name()}; }}
+        QStatusBar QLabel {{ padding: 0 6px; }}
+        QListView#history {{ border: none; background: {window.name()}; }}
+    """)

@@ -1,0 +1,38 @@
+"""Persisted settings and session: the config and state dirs under LANECHAT_HOME, tolerant reads."""
+from engine import EngineSettings, SamplingParams
+
+from app.app_settings import (Session, load_session, load_settings, save_session, save_settings,
+                              session_path, settings_path)
+
+
+def test_settings_round_trip_under_lanechat_home(app_home):
+    s = EngineSettings(model="/m", backend="numpy", parallel=3, kv_dtype="fp8", paging="all",
+                       memory_gib=2.5, sampling=SamplingParams(temperature=0.2, seed=7))
+    save_settings(s)
+    assert settings_path().is_relative_to(app_home / "config")
+    assert load_settings() == (s, None)
+
+
+def test_no_file_gives_defaults_without_notice(app_home):
+    assert load_settings() == (EngineSettings(), None)
+
+
+def test_broken_or_invalid_settings_fall_back_with_a_notice(app_home):
+    settings_path().write_text("{oops")
+    s, notice = load_settings()
+    assert s == EngineSettings() and "using the defaults" in notice
+    settings_path().write_text('{"format_version": 1, "engine": {"parallel": 0}}')
+    s, notice = load_settings()
+    assert s == EngineSettings() and "parallel" in notice
+
+
+def test_session_round_trip_and_damage(app_home):
+    assert load_session() == Session()
+    session = Session(open_tabs=["a", "b"], active=1, geometry="AAA", splitter="BBB", sidebar=False)
+    save_session(session)
+    assert session_path().is_relative_to(app_home / "state")
+    assert load_session() == session
+    session_path().write_text('{"open_tabs": [1, 2]}')
+    assert load_session() == Session()
+    session_path().write_text("[]")
+    assert load_session() == Session()

@@ -1,0 +1,241 @@
+"""The engine ↔ Qt bridge without a window: coalescing, ordering, loading, restarts, failures."""
+import threading
+import time
+
+import pytest
+
+from engine import (EngineSettings, Finished, LanechatError, ModelError, RequestError, SamplingParams,
+                    Started, Token, Usage)
+
+from app.engine_bridge import EngineBridge
+
+
+class Sink:
+    def __init__(self):
+        self.calls = []
+        self.text = ""
+        self.text_times = []
+
+    def on_queued(self, ahead, reason):
+        self.calls.append(("queued", ahead, reason))
+
+    def on_started(self, prompt_tokens):
+        self.calls.append(("started", prompt_tokens))
+
+    def on_text(self, text, tokens):
+        self.calls.append(("text", text, tokens))
+        self.text += text
+        self.text_times.append(time.monotonic())
+
+    def on_finished(self, event):
+        self.calls.append(("finished", event.reason))
+
+    def on_failed(self, message):
+        self.calls.append(("failed", message))
+
+    @property
+    def done(self):
+        return bool(self.calls) and self.calls[-1][0] in ("finished", "failed")
+
+
+class FakeEngine:
+    """The Engine's public surface; each request types `n` tokens from its own thread."""
+
+    def __init__(self, settings, n=300, gap=0.0005, fail_start=None, refuse=None, hold=False):
+        self.settings, self.n, self.gap, self.fail_start, self.refuse = settings, n, gap, fail_start, refuse
+        self.cancelled = set()
+        self.next_id = 0
+        self.threads = []
+        self.callbacks = {}
+        self.release = threading.Event()  # start() loads until this is set
+        if not hold:
+            self.release.set()
+
+    def start(self, progress=None):
+        self.release.wait(5)
+        if progress:
+            progress("loading", 0.5)
+        if self.fail_start:
+            raise ModelError(self.fail_start)
+
+    def submit(self, messages, sampling=None, on_event=None):
+        if self.refuse:
+            raise RequestError(self.refuse)
+        self.next_id += 1
+        rid = self.next_id
+        self.callbacks[rid] = on_event
+        t = threading.Thread(target=self._run, args=(rid, on_event), daemon=True)
+        self.threads.append(t)
+        t.start()
+        return rid
+
+    def _run(self, rid, on_event):
+        on_event(Started(rid, 0, 5))
+        for i in range(self.n):
+            if rid in self.cancelled:
+                on_event(Finished(rid, "cancelled", "x" * i, i, 5, 1.0, 1.0))
+                return
+            on_event(Token(rid, 1, "x"))
+            time.sleep(self.gap)
+        on_event(Finished(rid, "length", "x" * self.n, self.n, 5, 1.0, 100.0))
+
+    def cancel(self, rid):
+        self.cancelled.add(rid)
+
+    def usage(self):
+        return Usage(1, 10, 1, 0)
+
+    def shutdown(self):
+        for rid in range(1, self.next_id + 1):
+            self.cancelled.add(rid)
+        for t in self.threads:
+            t.join()
+
+    @property
+    def info(self):
+        return "fake-info"
+
+
+def bridge_with(**kw):
+    engines = []
+
+    def factory(settings):
+        engines.append(FakeEngine(settings, **kw))
+        return engines[-1]
+    return EngineBridge(factory), engines
+
+
+def test_tokens_are_coalesced_and_in_order(qtbot, run_async):
+    bridge, _ = bridge_with(n=400)
+    run_async(bridge.start(EngineSettings()))
+    assert bridge.state == "ready" and bridge.info == "fake-info"
+    sink = Sink()
+    bridge.submit([{"role": "user", "content": "hi"}], None, sink)
+    qtbot.waitUntil(lambda: sink.done, timeout=10000)
+    texts = [c for c in sink.calls if c[0] == "text"]
+    assert sink.text == "x" * 400
+    assert texts[-1][2] == 400  # the running token count
+    assert len(texts) < 100  # ~0.2 s of tokens at ~30 updates a second, not 400 signals
+    assert sink.calls[0] == ("started", 5) and sink.calls[-1] == ("finished", "length")
+    gaps = [b - a for a, b in zip(sink.text_times, sink.text_times[1:])]
+    assert min(gaps) > 0.02  # never faster than ~30 Hz
+
+
+def test_two_requests_stream_at_once(qtbot, run_async):
+    bridge, _ = bridge_with(n=200, gap=0.002)
+    run_async(bridge.start(EngineSettings()))
+    a, b = Sink(), Sink()
+    bridge.submit([], None, a)
+    bridge.submit([], None, b)
+    qtbot.waitUntil(lambda: a.done and b.done, timeout=10000)
+    assert a.text_times[0] < b.text_times[-1] and b.text_times[0] < a.text_times[-1]
+
+
+def test_cancel_and_usage(qtbot, run_async):
+    bridge, _ = bridge_with(n=100000, gap=0.001)
+    run_async(bridge.start(EngineSettings()))
+    with qtbot.waitSignal(bridge.usage_changed, timeout=2000) as usage:
+        pass
+    assert usage.args[0].pages_total == 10
+    sink = Sink()
+    ticket = bridge.submit([], None, sink)
+    qtbot.waitUntil(lambda: bool(sink.text), timeout=5000)
+    bridge.cancel(ticket)
+    qtbot.waitUntil(lambda: sink.done, timeout=5000)
+    assert sink.calls[-1] == ("finished", "cancelled") and bridge.busy == 0
+
+
+def test_requests_sent_while_loading_wait_then_run(qtbot, run_async, qasync_loop):
+    import asyncio
+    bridge, engines = bridge_with(n=3, hold=True)
+    started = asyncio.ensure_future(bridge.start(EngineSettings()))
+    qtbot.waitUntil(lambda: bridge.state == "starting", timeout=2000)
+    sink = Sink()
+    bridge.submit([], None, sink)
+    assert sink.calls == [("queued", 0, "waiting for the model to load")]
+    engines[0].release.set()
+    qtbot.waitUntil(lambda: sink.done, timeout=5000)
+    assert started.done() and sink.text == "xxx"
+
+
+def test_failed_load_reports_the_loader_message_and_refuses_requests(qtbot, run_async, qasync_loop):
+    import asyncio
+    bridge, engines = bridge_with(fail_start="model.gguf: not a GGUF file", hold=True)
+    sink = Sink()
+    future = asyncio.ensure_future(bridge.start(EngineSettings()))
+    qtbot.waitUntil(lambda: bridge.state == "starting", timeout=2000)
+    bridge.submit([], None, sink)  # sent while loading: fails with the load
+    engines[0].release.set()
+    qtbot.waitUntil(future.done, timeout=5000)
+    assert isinstance(future.exception(), ModelError)
+    assert bridge.state == "failed" and bridge.error == "model.gguf: not a GGUF file"
+    assert sink.calls[-1] == ("failed", "No model is loaded: model.gguf: not a GGUF file")
+    with pytest.raises(LanechatError, match="not a GGUF"):
+        bridge.submit([], None, Sink())
+
+
+def test_request_error_is_raised_to_the_caller(qtbot, run_async):
+    bridge, _ = bridge_with(refuse="prompt of 9000 tokens does not fit")
+    run_async(bridge.start(EngineSettings()))
+    with pytest.raises(RequestError):
+        bridge.submit([], None, Sink())
+    assert bridge.busy == 0
+
+
+def test_restart_ends_old_requests_and_ignores_their_late_events(qtbot, run_async):
+    bridge, engines = bridge_with(n=100000, gap=0.001)
+    run_async(bridge.start(EngineSettings()))
+    old = Sink()
+    bridge.submit([], None, old)
+    qtbot.waitUntil(lambda: bool(old.text), timeout=5000)
+    run_async(bridge.start(EngineSettings(parallel=2)))
+    assert old.calls[-1] == ("finished", "cancelled")
+    assert len(engines) == 2 and bridge.settings.parallel == 2
+    new = Sink()
+    bridge.submit([], None, new)  # gets request id 1 again, from the new engine
+    qtbot.waitUntil(lambda: bool(new.text), timeout=5000)
+    engines[0].callbacks[1](Finished(1, "eos", "stale", 1, 5, 1.0, 1.0))  # late, from the old engine
+    qtbot.wait(100)
+    assert not new.done and "stale" not in new.text
+
+
+
+def test_abandon_delivers_nothing_more(qtbot, run_async):
+    bridge, _ = bridge_with(n=100000, gap=0.001)
+    run_async(bridge.start(EngineSettings()))
+    sink = Sink()
+    ticket = bridge.submit([], None, sink)
+    qtbot.waitUntil(lambda: bool(sink.text), timeout=5000)
+    bridge.abandon(ticket)
+    n = len(sink.calls)
+    qtbot.wait(200)
+    assert len(sink.calls) == n and bridge.busy == 0
+
+
+def test_a_broken_sink_does_not_stop_others(qtbot, run_async):
+    bridge, _ = bridge_with(n=50)
+
+    class Broken(Sink):
+        def on_text(self, text, tokens):
+            raise RuntimeError("tab bug")
+    run_async(bridge.start(EngineSettings()))
+    broken, fine = Broken(), Sink()
+    bridge.submit([], None, broken)
+    bridge.submit([], None, fine)
+    qtbot.waitUntil(lambda: fine.done and broken.done, timeout=5000)
+    assert fine.text == "x" * 50
+
+
+@pytest.mark.slow
+def test_real_engine_streams_on_numpy(qtbot, run_async, app_home, app_model):
+    bridge = EngineBridge()
+    s = EngineSettings(model=app_model, backend="numpy", parallel=2, context=512,
+                       sampling=SamplingParams(max_tokens=16, temperature=0))
+    run_async(bridge.start(s), timeout=120)
+    assert bridge.info.backend == "numpy"
+    sink = Sink()
+    bridge.submit([{"role": "user", "content": "Hello"}], None, sink)
+    qtbot.waitUntil(lambda: sink.done, timeout=60000)
+    assert sink.calls[-1][0] == "finished" and sink.text
+    run_async(bridge.stop())
+    assert bridge.state == "stopped"
