@@ -5,6 +5,7 @@ import pytest
 from engine.engine import Runner
 from engine.settings import EngineSettings
 from engine.weights import dequantize
+from reference import causal_attention
 
 
 def reference_logits(model, ids: list[int]) -> np.ndarray:
@@ -32,14 +33,7 @@ def reference_logits(model, ids: list[int]) -> np.ndarray:
         if c.qk_norm:
             q, k = norm(q, W[p + "self_attn.q_norm"]), norm(k, W[p + "self_attn.k_norm"])
         q, k = rope(q), rope(k)
-        k = np.repeat(k, c.heads // c.kv_heads, axis=1)
-        v = np.repeat(v, c.heads // c.kv_heads, axis=1)
-        s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(c.head_dim)
-        s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
-        pr = np.exp(s - s.max(-1, keepdims=True))
-        pr /= pr.sum(-1, keepdims=True)
-        o = np.einsum("hqk,khd->qhd", pr, v).reshape(T, -1)
-        x = x + lin(o, "self_attn.o_proj")
+        x = x + lin(causal_attention(q, k, v), "self_attn.o_proj")
         h = norm(x, W[p + "post_attention_layernorm"])
         g, u = h @ W[p + "mlp.gate_proj"].T, h @ W[p + "mlp.up_proj"].T
         x = x + (g / (1 + np.exp(-g)) * u) @ W[p + "mlp.down_proj"].T

@@ -26,6 +26,7 @@ from engine.ops.numpy_backend import NumpyBackend
 from engine.rows import Rows
 from engine.settings import EngineSettings, SamplingParams
 from engine.weights import dequantize
+from reference import causal_attention
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SYNTH = ["tiny-qwen3.5", "tiny-qwen3.5-moe"]
@@ -111,13 +112,7 @@ def reference_logits(model, ids: list[int]) -> np.ndarray:
             k = (h @ W[a + "k_proj"].T).reshape(T, c.kv_heads, c.head_dim)
             v = (h @ W[a + "v_proj"].T).reshape(T, c.kv_heads, c.head_dim)
             q, k = rope(norm(q, W[a + "q_norm"])), rope(norm(k, W[a + "k_norm"]))
-            k = np.repeat(k, c.heads // c.kv_heads, axis=1)
-            v = np.repeat(v, c.heads // c.kv_heads, axis=1)
-            s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(c.head_dim)
-            s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
-            pr = np.exp(s - s.max(-1, keepdims=True))
-            pr /= pr.sum(-1, keepdims=True)
-            o = np.einsum("hqk,khd->qhd", pr, v).reshape(T, -1) / (1.0 + np.exp(-gate))
+            o = causal_attention(q, k, v) / (1.0 + np.exp(-gate))
             x = x + o @ W[a + "o_proj"].T
         else:
             a = p + "linear_attn."
