@@ -91,7 +91,17 @@ class Runner:
         detok = self.tokenizer.stream()
         for t in ids[prompt_len:]:
             detok.push(t)  # a resumed stream's text so far primes the detokenizer
-        return Sequence(rid, ids, prompt_len, params, on_event, detok, snapshot_at_end, resume)
+        return Sequence(rid, ids, prompt_len, params, guarded(on_event), detok, snapshot_at_end, resume)
+
+
+def guarded(on_event: Callable[[Event], None]) -> Callable[[Event], None]:
+    """A caller's callback that raises must not take the engine thread (or other streams) down."""
+    def call(event: Event) -> None:
+        try:
+            on_event(event)
+        except Exception:
+            traceback.print_exc()
+    return call
 
 
 class Engine:
@@ -188,12 +198,7 @@ class Engine:
                 except queue.Empty:
                     cmd = None
             if sched.busy:
-                try:
-                    sched.step()
-                except Exception as e:
-                    traceback.print_exc()
-                    for seq in list(sched.active):
-                        sched.fail(seq, f"engine error: {type(e).__name__}: {e}")
+                sched.step()
             self._usage = Usage(sched.lanes.pages_used(), sched.lanes.total_pages, len(sched.active), len(sched.waiting))
 
 

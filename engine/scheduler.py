@@ -7,6 +7,7 @@ Runs on the engine thread (or the caller's, for the CLI and the gates): no locki
 from __future__ import annotations
 
 import time
+import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -100,11 +101,11 @@ class Scheduler:
     def step(self) -> None:
         self._admit()
         for seq in [q for q in self.active if q.computed < q.target]:
-            self._prompt_chunk(seq)
+            self._guarded([seq], self._prompt_chunk, seq)  # a prompt's failure is its stream's alone
         decoding = [q for q in self.active if q.prompt_done and q.computed == q.target]
         ready = [q for q in decoding if self.lanes.ensure(q.lane, q.computed + 1)]
         if ready:
-            self._decode(ready)
+            self._guarded(ready, self._decode, ready)
         elif decoding and not any(q.computed < q.target for q in self.active):
             self._preempt(max(decoding, key=lambda q: q.t_start))
 
@@ -219,6 +220,15 @@ class Scheduler:
         seq.on_event(Finished(seq.id, reason, seq.text, n, seq.prompt_len,
                               seq.prompt_len / prompt_s if prompt_s > 0 else 0.0,
                               (n - 1) / decode_s if decode_s > 0 and n > 1 else 0.0))
+
+    def _guarded(self, seqs: list[Sequence], fn, *args) -> None:
+        """Run one piece of a step; if it raises, only the streams it computed for fail."""
+        try:
+            fn(*args)
+        except Exception as e:
+            traceback.print_exc()
+            for seq in seqs:
+                self.fail(seq, f"engine error: {type(e).__name__}: {e}")
 
     def fail(self, seq: Sequence, message: str) -> None:
         if seq in self.active:

@@ -80,3 +80,24 @@ def test_pool_exhaustion_never_corrupts_a_stream():
     for i in solo:
         assert done[i].text == solo[i].text and done[i].tokens == 24
     assert sched.lanes.pool.used == 0
+
+
+def test_a_failing_prompt_fails_its_stream_alone(monkeypatch):
+    r, s = runner(parallel=2)
+    sched = r.scheduler(s)
+    real = r.model.forward
+
+    def forward(rows, cache):
+        if rows.prompt and 13 in rows.tokens.tolist():
+            raise RuntimeError("poisoned prompt")
+        return real(rows, cache)
+
+    monkeypatch.setattr(r.model, "forward", forward)
+    events = []
+    good = r.sequence(1, s, None, GREEDY, events.append, prompts(1)[0])
+    bad = r.sequence(2, s, None, GREEDY, events.append, [1, 13, 14, 15])
+    done = run_to_end(sched, [good, bad])
+    assert done[1].tokens == 24
+    failed = [e for e in events if type(e).__name__ == "Failed"]
+    assert [e.request_id for e in failed] == [2] and "poisoned prompt" in failed[0].message
+    assert sched.lanes.pool.used == 0
