@@ -152,16 +152,22 @@ def weight_shapes(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
     return out
 
 
-def synthetic(name: str, seed: int = 0, bits: int = 4) -> Model:
-    """A random model of `name`'s shapes: linear weights affine `bits`-bit (routers 8-bit)."""
+def synthetic(name: str, seed: int = 0, bits: int = 4, make_affine=None) -> Model:
+    """A random model of `name`'s shapes: linear weights affine `bits`-bit (routers 8-bit).
+
+    `make_affine(index, shape, bits, group, std)` builds the quantized tensors (the bench passes one
+    that fills GPU memory directly); the default draws them on the host.
+    """
     cfg, group = config_for(name)
     rng = np.random.default_rng(seed)
+    if make_affine is None:
+        make_affine = lambda i, shape, b, g, std: _random_affine(rng, shape, b, g, std)
     weights = {}
-    for wname, (shape, kind) in weight_shapes(cfg).items():
+    for i, (wname, (shape, kind)) in enumerate(weight_shapes(cfg).items()):
         if kind in ("linear", "router"):
             b = 8 if kind == "router" else bits
             g = group if shape[-1] % group == 0 else 32
-            weights[wname] = _random_affine(rng, shape, b, g, std=shape[-1] ** -0.5)
+            weights[wname] = make_affine(i, shape, b, g, shape[-1] ** -0.5)
         elif kind == "norm" or kind == "gnorm":
             weights[wname] = rng.uniform(0.8, 1.2, shape).astype(np.float32)
         elif kind == "conv":
@@ -170,7 +176,8 @@ def synthetic(name: str, seed: int = 0, bits: int = 4) -> Model:
             weights[wname] = np.log(rng.uniform(1, 16, shape)).astype(np.float32)
         else:
             weights[wname] = rng.normal(0, 0.5, shape).astype(np.float32)
-    return Model(cfg, weights, ByteTokenizer(cfg.vocab), name, f"synthetic:{name}", "synthetic")
+    return Model(cfg, weights, ByteTokenizer(cfg.vocab), name, f"synthetic:{name}", "synthetic",
+                 meta={"bits": bits, "group": group})
 
 
 def dense_quantized(name: str, seed: int = 0, bits: int = 4) -> Model:

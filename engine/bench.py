@@ -1,0 +1,310 @@
+"""`python -m engine bench`: prompt and decode throughput, and the memory roofline (DESIGN §9).
+
+Cells, as in the seed's table: prompt tok/s at 2,048 / 9,216 / 15,000 tokens (one prompt each, after a
+warm-up), and aggregate decode tok/s of 1, 4 and 8 streams x 256 tokens (completion tokens / wall,
+fixed chat prompts, ignore_eos), greedy and at temperature 1.0 (top_k 40, top_p 0.95: the app's
+defaults). For every decode cell, the fraction of the memory roofline: the bytes a decode step must
+read (every weight it touches, the embedding rows it gathers, and each stream's K/V so far) over the
+step time, over the device-to-device copy bandwidth measured in the same run (bytes read + written).
+
+`--synthetic NAME` builds random weights of a real model's shapes in the real affine 4-bit format
+(engine/synthetic.py shapes); on the GPU they are generated in device memory, no files and no host
+round trip.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .errors import PlanError
+from .settings import EngineSettings, SamplingParams
+
+CHATS = [
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Explain how a hash map works, with an example in Python.",
+    "What are the main causes of the French Revolution?",
+    "Give me a weekly meal plan for a vegetarian athlete.",
+    "def quicksort(xs):\n    # finish this function and explain its complexity",
+    "Describe the water cycle to a ten-year-old.",
+    "Compare TCP and UDP in a table.",
+    "Draft a polite email asking to move a meeting to Thursday.",
+]
+GB = 1e9
+GIB = 1 << 30
+
+
+# --- bytes a decode step reads -------------------------------------------------------------------
+def _nbytes(w) -> int:
+    if isinstance(w, dict):
+        return sum(_nbytes(v) for v in w.values())
+    if isinstance(w, (list, tuple)):
+        return sum(_nbytes(v) for v in w)
+    return int(getattr(w, "nbytes", 0) or 0)
+
+
+def _rows_of(w) -> int:
+    shape = getattr(w, "shape", None)
+    return int(shape[0]) if shape else 1
+
+
+def step_weight_bytes(model, rows: int) -> int:
+    """Every layer's weights, the final norm and the head, read once per step whatever the row
+    count, plus the embedding rows the step gathers. MoE experts count only as many as the rows
+    can route to (rows × top-k at most): the rest are never read."""
+    cfg = model.cfg
+    touched = min(cfg.experts, max(rows, 1) * cfg.top_k) / cfg.experts if cfg.experts else 1.0
+    total = sum(_nbytes(v) * (touched if k.startswith("experts") else 1)
+                for layer in model.layers for k, v in layer.items())
+    total = int(total) + _nbytes(model.norm) + _nbytes(model.lm_head)
+    emb = model.embed
+    return total + rows * _nbytes(emb) // max(1, _rows_of(emb))
+
+
+def step_kv_bytes(cfg, kv_dtype: str, positions: list[int]) -> int:
+    """K/V the attention of one step reads: keys 0..position of every row."""
+    return sum(p + 1 for p in positions) * cfg.kv_bytes_per_token(kv_dtype)
+
+
+# --- the table -------------------------------------------------------------------------------------
+@dataclass
+class Cell:
+    name: str
+    tok_s: float | None = None
+    step_ms: float | None = None
+    bytes_per_step: float | None = None
+    roofline: float | None = None
+    note: str = ""
+
+
+def fmt_num(x: float | None, digits: int = 1) -> str:
+    return "" if x is None else f"{x:,.{digits}f}"
+
+
+def format_table(cells: list[Cell]) -> str:
+    lines = ["cell\ttok/s\tstep ms\tGB read/step\troofline"]
+    for c in cells:
+        row = [c.name, fmt_num(c.tok_s), fmt_num(c.step_ms, 2),
+               "" if c.bytes_per_step is None else f"{c.bytes_per_step / GB:.3f}",
+               "" if c.roofline is None else f"{100 * c.roofline:.1f} %"]
+        if c.note:
+            row.append(c.note)
+        lines.append("\t".join(row))
+    return "\n".join(lines)
+
+
+def prompt_cell_name(n: int) -> str:
+    return f"prefill {n:,} (tok/s)"
+
+
+def decode_cell_name(streams: int, greedy: bool) -> str:
+    return f"{streams} stream{'s' if streams > 1 else ''}, {'greedy' if greedy else 'T 1.0'}"
+
+
+# --- measuring --------------------------------------------------------------------------------------
+def copy_bandwidth(backend) -> float:
+    """Bytes read + written per second by a large device-to-device copy (median of 10)."""
+    if backend.name == "cupy":
+        import cupy
+        n = int(min(2 * GIB, backend.free_memory() // 8)) // 16 * 16
+        src = cupy.random.random(n // 4, dtype=cupy.float32)  # random data: never time zeros
+        dst = cupy.empty_like(src)
+        s = backend.stream
+        times = []
+        for i in range(12):
+            a, b = cupy.cuda.Event(), cupy.cuda.Event()
+            a.record(s)
+            dst.data.copy_from_device_async(src.data, n, s)
+            b.record(s)
+            b.synchronize()
+            if i >= 2:
+                times.append(cupy.cuda.get_elapsed_time(a, b) / 1e3)
+        del src, dst
+        return 2 * n / statistics.median(times)
+    src = np.random.default_rng(0).random((64 << 20) // 8)
+    dst = np.empty_like(src)
+    times = []
+    for i in range(7):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        if i >= 2:
+            times.append(time.perf_counter() - t)
+    return 2 * src.nbytes / statistics.median(times)
+
+
+def synthetic_on_device(name: str, backend, seed: int = 0, bits: int = 4):
+    """A random model of `name`'s shapes with its affine weights generated in GPU memory."""
+    import cupy
+
+    from kernels.launch import fill_random_u32
+
+    from .synthetic import synthetic
+    from .weights import Affine
+
+    need = synthetic_bytes(name, bits)
+    free = backend.free_memory()
+    if need > free * 0.9:
+        raise PlanError(f"synthetic {name} needs {need / GIB:.2f} GiB of weights but the GPU has {free / GIB:.2f} GiB "
+                        "free; pick a smaller model")
+    crng = cupy.random.RandomState(seed)
+    backend._use()
+
+    def make_affine(i: int, shape: tuple, b: int, g: int, std: float) -> Affine:
+        *lead, out, n = shape
+        packed = cupy.empty((*lead, out, n * b // 32), cupy.uint32)
+        fill_random_u32(packed, seed * 1_000_003 + i)
+        levels = (1 << b) - 1
+        scales = (crng.uniform(0.5, 1.5, (*lead, out, n // g)) * (2 * std * 1.7 / levels)).astype(cupy.float16)
+        biases = (-scales.astype(cupy.float32) * levels / 2).astype(cupy.float16)
+        return Affine(packed, scales, biases, b, g)
+
+    return synthetic(name, seed, bits, make_affine)
+
+
+def synthetic_bytes(name: str, bits: int = 4) -> int:
+    """Bytes of a synthetic model's weights in its quantized format (fp16 scales and biases)."""
+    from .synthetic import config_for, weight_shapes
+    cfg, group = config_for(name)
+    total = 0
+    for shape, kind in weight_shapes(cfg).values():
+        n = int(np.prod(shape))
+        if kind in ("linear", "router"):
+            b = 8 if kind == "router" else bits
+            g = group if shape[-1] % group == 0 else 32
+            total += n * b // 8 + 2 * 2 * (n // g)
+        else:
+            total += 4 * n
+    return total
+
+
+@dataclass
+class Bench:
+    runner: object
+    settings: EngineSettings
+    steps: list = field(default_factory=list)  # (rows, seconds, bytes) of every decode step
+    rid: int = 0
+
+    def run(self, sched, prompts, params: SamplingParams, messages: bool = False) -> tuple[float, list]:
+        from .engine import run_to_end
+        seqs = []
+        for p in prompts:
+            self.rid += 1
+            if messages:
+                seqs.append(self.runner.sequence(self.rid, self.settings, p, params, lambda e: None))
+            else:
+                seqs.append(self.runner.sequence(self.rid, self.settings, None, params, lambda e: None, p))
+        b = self.runner.backend
+        b.synchronize()
+        t = time.perf_counter()
+        run_to_end(sched, seqs)
+        b.synchronize()
+        return time.perf_counter() - t, seqs
+
+    def timed_decode(self, sched):
+        """Wrap the scheduler's decode step: wall time of each step and the bytes it must read."""
+        inner = sched._decode
+        b, model, cfg, dtype = self.runner.backend, self.runner.model, self.runner.loaded.config, self.settings.kv_dtype
+
+        def step(seqs):
+            pos = [q.computed for q in seqs]
+            b.synchronize()
+            t = time.perf_counter()
+            inner(seqs)
+            b.synchronize()
+            dt = time.perf_counter() - t
+            self.steps.append((len(seqs), dt, step_weight_bytes(model, len(seqs)) + step_kv_bytes(cfg, dtype, pos)))
+        sched._decode = step
+
+
+def build_runner(a, s: EngineSettings, log):
+    """(runner, description): a Runner for --model/--synthetic; synthetic weights on the GPU."""
+    from .engine import Runner
+    from .models import build
+    from .ops import get_backend
+    if a.synthetic:
+        backend = get_backend(s.backend, log=log)
+        if backend.name == "cupy":
+            runner = Runner.__new__(Runner)
+            runner.backend = backend
+            t = time.perf_counter()
+            runner.loaded = synthetic_on_device(a.synthetic, backend)
+            runner.tokenizer = runner.loaded.tokenizer
+            runner.model = build(runner.loaded, backend)
+            runner.loaded.weights.clear()  # the canonical copies; the model keeps its own
+            backend.synchronize()
+            log(f"bench: synthetic {a.synthetic} built on the GPU in {time.perf_counter() - t:.1f} s")
+            return runner
+        s = replace(s, model=f"synthetic:{a.synthetic}")
+    return Runner(s, log=log)
+
+
+def main(a) -> int:
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    paging = "all" if a.kv_pages_all else ("pages" if a.kv_pages else "off")
+    s = EngineSettings(model=a.model, backend=a.backend, parallel=a.parallel, context=a.context,
+                       kv_dtype=a.kv_dtype, paging=paging, page_tokens=a.kv_pages or 256, memory_gib=a.memory_gib,
+                       prefill_chunk=getattr(a, "prefill_chunk", 128)).validate()
+    lengths = [int(x) for x in str(a.prompt_lengths).split(",") if x.strip()]
+    streams = [int(x) for x in str(a.streams).split(",") if x.strip()]
+    runner = build_runner(a, s, log)
+    b, cfg = runner.backend, runner.loaded.config
+    sched = runner.scheduler(s)
+    bw = copy_bandwidth(b)
+    wbytes = step_weight_bytes(runner.model, 0)
+    print(f"bench: {runner.loaded.name} on {b.name} ({b.device}), {s.kv_dtype} KV, parallel {s.parallel}, "
+          f"context {s.context}, prefill chunk {s.prefill_chunk}")
+    print(sched.plan.line)
+    print(f"weights read per decode step: {wbytes / GB:.3f} GB; copy bandwidth {bw / 1e12:.3f} TB/s "
+          f"(device-to-device, read + write)")
+    sys.stdout.flush()
+
+    bench = Bench(runner, s)
+    rng = np.random.default_rng(0)
+    hi = min(cfg.vocab, 272) if runner.loaded.format == "synthetic" else cfg.vocab
+    greedy = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    cells: list[Cell] = []
+
+    # warm-up: kernels compile and the prompt path runs once
+    warm = min(300, s.context - 8)
+    bench.run(sched, [rng.integers(16, hi, warm).tolist()], greedy)
+    for n in lengths:
+        if n + 2 > s.context:
+            cells.append(Cell(prompt_cell_name(n), note=f"skipped: beyond --context {s.context}"))
+            continue
+        ids = rng.integers(16, hi, n).tolist()
+        dt, _ = bench.run(sched, [ids], greedy)
+        cells.append(Cell(prompt_cell_name(n), tok_s=n / dt))
+        log(f"bench: prefill {n} in {dt:.2f} s")
+
+    bench.timed_decode(sched)
+    for S in streams:
+        for is_greedy in (True, False):
+            name = decode_cell_name(S, is_greedy)
+            if S > s.parallel:
+                cells.append(Cell(name, note=f"skipped: more than --parallel {s.parallel}"))
+                continue
+            params = SamplingParams(temperature=0.0 if is_greedy else 1.0, top_k=40, top_p=0.95,
+                                    max_tokens=a.decode_tokens, ignore_eos=True, seed=7)
+            msgs = [[{"role": "user", "content": CHATS[i % len(CHATS)]}] for i in range(S)]
+            bench.run(sched, msgs, replace(params, max_tokens=3), messages=True)  # capture this batch's graph
+            bench.steps.clear()
+            dt, seqs = bench.run(sched, msgs, params, messages=True)
+            full = [(t, by) for r, t, by in bench.steps if r == S]
+            tokens = sum(q.generated for q in seqs)
+            cell = Cell(name, tok_s=tokens / dt)
+            if full:
+                cell.step_ms = 1e3 * statistics.median(t for t, _ in full)
+                cell.bytes_per_step = sum(by for _, by in full) / len(full)
+                cell.roofline = sum(by for _, by in full) / sum(t for t, _ in full) / bw
+            cells.append(cell)
+            log(f"bench: {name}: {tokens} tokens in {dt:.2f} s")
+    print(format_table(cells))
+    if b.name == "cupy":
+        import kernels.launch as K
+        graphs = sum(1 for per in b._graphs.values() for e in per.values() if e.graph is not None)
+        print(f"decode graphs replayed: {graphs} batch sizes captured, {len(b.graph_failures)} failed; "
+              f"qgemv schedule {K.QGEMV_SCHEDULE}")
+    return 0

@@ -1,0 +1,122 @@
+// Shared helpers of Lanechat's kernels. No CUDA headers: NVRTC compiles these as they are, for the
+// running device (sm_90 H200, sm_121 GB10). bf16 travels as raw 16-bit words, fp8 e4m3 as bytes.
+//
+// Exactness notes: where a kernel must reproduce the numpy reference bit for bit (embedding,
+// RoPE, RMSNorm of heads, KV encoding) it uses the *_rn intrinsics, which the compiler never fuses
+// into FMAs. Everywhere else the arithmetic only has to be the same for every row and batch.
+#pragma once
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef long long i64;
+typedef unsigned long long u64;
+
+#define DEV __device__ __forceinline__
+#define FULL_MASK 0xffffffffu
+
+// --- 16-bit floats --------------------------------------------------------------------------
+DEV float bf16_to_f32(u32 h) { return __uint_as_float((h & 0xffffu) << 16); }
+
+// Round to nearest even, like ml_dtypes' float32 -> bfloat16.
+DEV u16 f32_to_bf16(float f) {
+  u32 u = __float_as_uint(f);
+  if ((u & 0x7f800000u) == 0x7f800000u) return (u16)((u >> 16) | ((u & 0xffffu) ? 0x40u : 0u));
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (u16)(u >> 16);
+}
+
+DEV float f16_to_f32(u32 h) {
+  float f;
+  unsigned short hs = (unsigned short)(h & 0xffffu);
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(hs));
+  return f;
+}
+
+// Two floats -> bf16x2 (lo in the low half), round to nearest even.
+DEV u32 pack_bf16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// --- fp8 e4m3 (the "fn" variant: no infinities, max 448) -----------------------------------
+DEV u8 f32_to_fp8(float f) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
+  return (u8)(r & 0xffu);
+}
+
+DEV float fp8_to_f32(u32 v) {
+  u32 s = (v & 0x80u) << 24, e = (v >> 3) & 0xfu, m = v & 7u;
+  float r = e == 0u ? (float)m * 0.001953125f : __uint_as_float(((e + 120u) << 23) | (m << 20));
+  return __uint_as_float(__float_as_uint(r) | s);
+}
+
+// A stored K/V element (bf16 raw or fp8 byte) as float, before its fp8 scale.
+template <int KV8>
+DEV float kv_elem(const void* base, i64 i) {
+  if (KV8) return fp8_to_f32(((const u8*)base)[i]);
+  return bf16_to_f32(((const u16*)base)[i]);
+}
+
+// --- scales and biases of affine weights, stored as (scale, bias) pairs ---------------------
+// ST: 0 = fp16 pair in one word, 1 = bf16 pair in one word, 2 = fp32 pair.
+DEV void load_sb(const void* sb, int st, i64 idx, float& s, float& b) {
+  if (st == 2) {
+    float2 v = ((const float2*)sb)[idx];
+    s = v.x; b = v.y;
+  } else {
+    u32 w = ((const u32*)sb)[idx];
+    if (st == 0) { s = f16_to_f32(w); b = f16_to_f32(w >> 16); }
+    else { s = bf16_to_f32(w); b = bf16_to_f32(w >> 16); }
+  }
+}
+
+// --- warp reductions (butterflies: every lane ends with the same bits) ----------------------
+DEV float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+  return v;
+}
+DEV float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+  return v;
+}
+
+DEV float silu_mul_f(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+// --- one head vector, with the lazy per-head ops applied --------------------------------------
+// One warp loads x[off .. off+D) into dst (shared memory), then optionally RMS-normalises it with
+// nw (q/k norm) and applies NeoX RoPE on the first 2*half dims at position pos[row] with
+// inverse frequencies inv (float64, computed on the host exactly as numpy does).
+DEV void load_head(float* dst, const float* __restrict__ x, i64 off, int D,
+                   const float* __restrict__ nw, float eps,
+                   const int* __restrict__ pos, int row, const double* __restrict__ inv, int half,
+                   int lane) {
+  for (int d = lane; d < D; d += 32) dst[d] = x[off + d];
+  __syncwarp();
+  if (nw != nullptr) {
+    float ss = 0.0f;
+    for (int d = lane; d < D; d += 32) ss = __fadd_rn(ss, __fmul_rn(dst[d], dst[d]));
+    ss = warp_sum(ss);
+    float r = __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), eps));
+    __syncwarp();
+    for (int d = lane; d < D; d += 32) dst[d] = __fmul_rn(__fdiv_rn(dst[d], r), nw[d]);
+    __syncwarp();
+  }
+  if (inv != nullptr) {
+    double p = (double)pos[row];
+    for (int i = lane; i < half; i += 32) {
+      double ang = p * inv[i];
+      float c = (float)cos(ang), s = (float)sin(ang);
+      float a = dst[i], b = dst[i + half];
+      dst[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+      dst[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    }
+    __syncwarp();
+  }
+}

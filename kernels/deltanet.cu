@@ -1,0 +1,172 @@
+// Gated DeltaNet, the linear-attention layers of Qwen3.5 / 3.6: the causal depthwise conv1d with its
+// per-lane state, the gates, the delta-rule scan and the gated RMSNorm. Numpy twins: the
+// "Qwen3.5 / Qwen3.6" section of engine/ops/numpy_backend.py. float32 throughout.
+//
+// State lives in arrays with one slot per lane, [slots, ...]: a row updates only its own lane's
+// slot, in place. A lane < 0 (a padding row of a captured decode batch) uses the last slot, which
+// the model keeps as scratch. Every row is computed by its own threads with the same arithmetic
+// whatever else is in the batch.
+#include "common.cuh"
+
+DEV int dn_slot(int lane, int slots) { return lane < 0 ? slots - 1 : lane; }
+DEV float dn_silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+
+// The conv at one channel: Σ_j w[j]·win[j] accumulated in j order (the prompt and step kernels
+// share it, so both forms give the same bits).
+template <int K>
+DEV float conv_point(const float* __restrict__ wc, const float* win) {
+  float acc = __fmul_rn(wc[0], win[0]);
+#pragma unroll
+  for (int j = 1; j < K; ++j) acc = __fadd_rn(acc, __fmul_rn(wc[j], win[j]));
+  return acc;
+}
+
+// Decode rows: x [n, C] (row stride ldx), w [C, K], state [slots, C, K-1] (oldest row first),
+// lanes [n]; out [n, C] = silu(conv). grid = (ceil(C/256), n), block = 256.
+template <int K>
+__global__ void __launch_bounds__(256) conv1d_step(const float* __restrict__ x, i64 ldx, const float* __restrict__ w,
+                                                   float* __restrict__ state, const int* __restrict__ lanes,
+                                                   int slots, float* __restrict__ out, int C) {
+  const int c = blockIdx.x * 256 + threadIdx.x;
+  if (c >= C) return;
+  const i64 i = blockIdx.y;
+  float* st = state + ((i64)dn_slot(lanes[i], slots) * C + c) * (K - 1);
+  float win[K];
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) win[j] = st[j];
+  win[K - 1] = x[i * ldx + c];
+  const float acc = conv_point<K>(w + (i64)c * K, win);
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) st[j] = win[j + 1];
+  out[i * C + c] = dn_silu(acc);
+}
+
+// One lane's prompt rows: x [T, C] (row stride ldx); slot `slot` holds the K-1 rows before them and
+// receives the last K-1 rows of (state ++ x). out [T, C]. grid = ceil(C/256), block = 256.
+template <int K>
+__global__ void __launch_bounds__(256) conv1d_prompt(const float* __restrict__ x, i64 ldx,
+                                                     const float* __restrict__ w, float* __restrict__ state,
+                                                     int slot, float* __restrict__ out, int C, int T) {
+  const int c = blockIdx.x * 256 + threadIdx.x;
+  if (c >= C) return;
+  float* st = state + ((i64)slot * C + c) * (K - 1);
+  const float* wc = w + (i64)c * K;
+  float win[K];
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) win[j] = st[j];
+  for (int t = 0; t < T; ++t) {
+    win[K - 1] = x[(i64)t * ldx + c];
+    out[(i64)t * C + c] = dn_silu(conv_point<K>(wc, win));
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) win[j] = win[j + 1];
+  }
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) st[j] = win[j];
+}
+
+// g = -exp(A_log)·softplus(a + dt_bias) (softplus(x) = x above 20, as torch), beta = sigmoid(b).
+// a, b [n, Hv] (row strides lda, ldb); g, beta [n, Hv] contiguous. grid = ceil(n·Hv/256), block = 256.
+extern "C" __global__ void deltanet_gates(const float* __restrict__ a, i64 lda, const float* __restrict__ b, i64 ldb,
+                                          const float* __restrict__ a_log, const float* __restrict__ dt_bias,
+                                          float* __restrict__ g, float* __restrict__ beta, int Hv, i64 total) {
+  const i64 idx = (i64)blockIdx.x * 256 + threadIdx.x;
+  if (idx >= total) return;
+  const i64 i = idx / Hv;
+  const int h = (int)(idx - i * Hv);
+  const float x = __fadd_rn(a[i * lda + h], dt_bias[h]);
+  const float sp = x > 20.0f ? x : log1pf(expf(x));
+  g[idx] = -__fmul_rn(expf(a_log[h]), sp);
+  beta[idx] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b[i * ldb + h])));
+}
+
+// The gated delta rule over T consecutive rows of each of nseq sequences — decode rows: nseq = n,
+// T = 1, one lane each; a prompt chunk: nseq = 1, T rows of lanes[0] (the recurrent form: the numpy
+// twin of a prompt is the chunked form, equal within rounding). Per value head h (key head
+// h / (Hv/Hk)), per token: q̂ = l2norm(q)·qscale, k̂ = l2norm(k) (eps 1e-6 inside the root);
+// S ← e^g S; δ = β(v − Sᵀk̂); S ← S + k̂ δᵀ; o = Sᵀq̂.
+// q, k [rows, Hk, DK] (row strides ldq, ldk; heads contiguous), v [rows, Hv, Dv] (row stride ldv),
+// g, beta [rows, Hv] contiguous, state [slots, Hv, DK, Dv], lanes [nseq]; out [rows, Hv, Dv].
+// grid = (nseq, Hv), block = G·Dv rounded up to a multiple of 32: G adjacent threads share column
+// j = tid / G of S, each keeping DK/G of its rows in registers (pair sums by xor shuffles, the same
+// bits in every thread); warp 0 computes the norms.
+template <int DK, int G>
+__global__ void deltanet_scan(const float* __restrict__ q, i64 ldq, const float* __restrict__ k, i64 ldk,
+                              const float* __restrict__ v, i64 ldv, const float* __restrict__ g,
+                              const float* __restrict__ beta, float* __restrict__ state,
+                              const int* __restrict__ lanes, int slots, float* __restrict__ out, int T, int Hk,
+                              int Hv, int Dv, float qscale) {
+  constexpr int R = DK / G;
+  __shared__ float qs[DK], ks[DK], red[2];
+  const int seq = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31;
+  const int j = threadIdx.x / G, part = threadIdx.x % G, r0 = part * R;
+  const int kh = h / (Hv / Hk);
+  const bool on = j < Dv;
+  float* S = state + ((i64)dn_slot(lanes[seq], slots) * Hv + h) * DK * Dv;
+  float s[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) s[r] = on ? S[(i64)(r0 + r) * Dv + j] : 0.0f;
+  for (int t = 0; t < T; ++t) {
+    const i64 row = (i64)seq * T + t;
+    for (int d = threadIdx.x; d < DK; d += blockDim.x) {
+      qs[d] = q[row * ldq + (i64)kh * DK + d];
+      ks[d] = k[row * ldk + (i64)kh * DK + d];
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      float sq = 0.0f, sk = 0.0f;
+      for (int d = lane; d < DK; d += 32) {
+        sq = __fadd_rn(sq, __fmul_rn(qs[d], qs[d]));
+        sk = __fadd_rn(sk, __fmul_rn(ks[d], ks[d]));
+      }
+      sq = warp_sum(sq);
+      sk = warp_sum(sk);
+      if (lane == 0) {
+        red[0] = __fdiv_rn(qscale, __fsqrt_rn(__fadd_rn(sq, 1e-6f)));
+        red[1] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(sk, 1e-6f)));
+      }
+    }
+    __syncthreads();
+    const float rq = red[0], rk = red[1];
+    const float dec = on ? expf(g[row * Hv + h]) : 0.0f, bt = on ? beta[row * Hv + h] : 0.0f;
+    const float vj = on ? v[row * ldv + (i64)h * Dv + j] : 0.0f;
+    float m = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      s[r] = __fmul_rn(s[r], dec);
+      m = __fmaf_rn(s[r], __fmul_rn(ks[r0 + r], rk), m);
+    }
+#pragma unroll
+    for (int o = 1; o < G; o <<= 1) m = __fadd_rn(m, __shfl_xor_sync(FULL_MASK, m, o));
+    const float delta = __fmul_rn(bt, __fsub_rn(vj, m));
+    float o = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      s[r] = __fmaf_rn(__fmul_rn(ks[r0 + r], rk), delta, s[r]);
+      o = __fmaf_rn(s[r], __fmul_rn(qs[r0 + r], rq), o);
+    }
+#pragma unroll
+    for (int x = 1; x < G; x <<= 1) o = __fadd_rn(o, __shfl_xor_sync(FULL_MASK, o, x));
+    if (on && part == 0) out[(row * Hv + h) * Dv + j] = o;
+    __syncthreads();  // the next token overwrites qs, ks and red
+  }
+  if (on) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) S[(i64)(r0 + r) * Dv + j] = s[r];
+  }
+}
+
+// y = w ⊙ x·rsqrt(mean x² + eps) ⊙ silu(z) per (row, head): x [n, H, D] contiguous, z [n, H, D] with
+// row stride ldz (heads contiguous), w [D]; y [n, H, D]. grid = (n, H), block = 32.
+extern "C" __global__ void gated_rmsnorm(const float* __restrict__ x, const float* __restrict__ z, i64 ldz,
+                                         const float* __restrict__ w, float* __restrict__ y, int D, float eps) {
+  const i64 i = blockIdx.x;
+  const int h = blockIdx.y, H = gridDim.y, lane = threadIdx.x;
+  const float* xr = x + (i * H + h) * D;
+  const float* zr = z + i * ldz + (i64)h * D;
+  float ss = 0.0f;
+  for (int d = lane; d < D; d += 32) ss = __fadd_rn(ss, __fmul_rn(xr[d], xr[d]));
+  ss = warp_sum(ss);
+  const float r = __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), eps));
+  for (int d = lane; d < D; d += 32)
+    y[(i * H + h) * D + d] = __fmul_rn(__fmul_rn(__fdiv_rn(xr[d], r), w[d]), dn_silu(zr[d]));
+}

@@ -1,0 +1,93 @@
+// Norms, activations, head materialisation and argmax. One block per row where a row reduces.
+#include "common.cuh"
+
+// Sum over a block of 256 threads in a fixed order: lane butterflies, then warps 0..7 in order.
+DEV float block_sum256(float v, float* red) {
+  v = warp_sum(v);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float s = 0.0f;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) s += red[w];
+  __syncthreads();
+  return s;
+}
+
+// y = (x [+ res]) / sqrt(mean((x [+ res])^2) + eps) * w; with res, h = x + res is written too.
+// grid = rows, block = 256.
+extern "C" __global__ void __launch_bounds__(256) rmsnorm_rows(const float* __restrict__ x, i64 ldx,
+                                                               const float* __restrict__ res, i64 ldr,
+                                                               const float* __restrict__ w, float* __restrict__ y,
+                                                               float* __restrict__ h, int H, float eps) {
+  __shared__ float red[8];
+  const i64 row = blockIdx.x;
+  const float* xr = x + row * ldx;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < H; i += 256) {
+    float v = xr[i];
+    if (res != nullptr) {
+      v = __fadd_rn(v, res[row * ldr + i]);
+      h[row * H + i] = v;
+    }
+    ss = __fadd_rn(ss, __fmul_rn(v, v));
+  }
+  ss = block_sum256(ss, red);
+  const float r = __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)H), eps));
+  for (int i = threadIdx.x; i < H; i += 256) {
+    const float v = res != nullptr ? h[row * H + i] : xr[i];
+    y[row * H + i] = __fmul_rn(__fdiv_rn(v, r), w[i]);
+  }
+}
+
+// out[n, j] = silu(g[n, j]) * u[n, j] (mode 0) or x * sigmoid(gate) (mode 1). grid = (n, ceil(J/256)).
+extern "C" __global__ void gate_rows(const float* __restrict__ a, i64 lda, const float* __restrict__ b, i64 ldb,
+                                     float* __restrict__ out, int J, int mode) {
+  const int j = blockIdx.y * 256 + threadIdx.x;
+  if (j >= J) return;
+  const i64 n = blockIdx.x;
+  const float av = a[n * lda + j], bv = b[n * ldb + j];
+  out[n * J + j] = mode == 0 ? silu_mul_f(av, bv) : __fdiv_rn(av, __fadd_rn(1.0f, expf(-bv)));
+}
+
+// Heads with their lazy ops (q/k norm, RoPE) written out: out [n, heads, D] contiguous.
+// grid = (n, heads), block = 32.
+extern "C" __global__ void heads_out(const float* __restrict__ x, i64 s0, i64 s1, int D,
+                                     const float* __restrict__ nw, float eps, const int* __restrict__ pos,
+                                     const double* __restrict__ inv, int half, float* __restrict__ out) {
+  __shared__ float buf[1024];
+  const int row = blockIdx.x, head = blockIdx.y, heads = gridDim.y, lane = threadIdx.x;
+  load_head(buf, x, (i64)row * s0 + (i64)head * s1, D, nw, eps, pos, row, inv, half, lane);
+  for (int d = lane; d < D; d += 32) out[((i64)row * heads + head) * D + d] = buf[d];
+}
+
+// Index of the largest value of each row; ties go to the lowest index (numpy's argmax).
+// grid = rows, block = 1024.
+extern "C" __global__ void __launch_bounds__(1024) argmax_rows(const float* __restrict__ x, i64 ldx, int V,
+                                                               int* __restrict__ out) {
+  __shared__ float bv_s[32];
+  __shared__ int bi_s[32];
+  const float* xr = x + (i64)blockIdx.x * ldx;
+  float bv = -__int_as_float(0x7f800000);
+  int bi = 0x7fffffff;
+  for (int i = threadIdx.x; i < V; i += 1024) {
+    const float v = xr[i];
+    if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(FULL_MASK, bv, o);
+    const int oi = __shfl_xor_sync(FULL_MASK, bi, o);
+    if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) { bv_s[warp] = bv; bi_s[warp] = bi; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float v = bv_s[0];
+    int b = bi_s[0];
+    for (int w = 1; w < 32; ++w)
+      if (bv_s[w] > v || (bv_s[w] == v && bi_s[w] < b)) { v = bv_s[w]; b = bi_s[w]; }
+    out[blockIdx.x] = b == 0x7fffffff ? 0 : b;
+  }
+}

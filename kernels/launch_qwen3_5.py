@@ -1,0 +1,86 @@
+"""Launchers of deltanet.cu and moe.cu (Qwen3.5 / 3.6), in the style of `kernels.launch`: CuPy arrays
+in, CuPy arrays out, grid shapes and argument lists only. Row strides are in elements.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import function
+
+i32, i64, f32 = np.int32, np.int64, np.float32
+SCAN_DK = (8, 16, 32, 64, 128, 256)  # key head dims deltanet_scan is instantiated for
+SCALE_TYPES = {"float16": 0, "bfloat16": 1, "float32": 2}
+
+
+# --- deltanet.cu ------------------------------------------------------------------------------
+def conv1d_step(x, ldx: int, w, state, lanes, slots: int, out, C: int, K: int, rows: int):
+    f = function("deltanet.cu", "conv1d_step<%d>" % K)
+    f(((C + 255) // 256, rows), (256,), (x, i64(ldx), w, state, lanes, i32(slots), out, i32(C)))
+
+
+def conv1d_prompt(x, ldx: int, w, state, slot: int, out, C: int, K: int, T: int):
+    f = function("deltanet.cu", "conv1d_prompt<%d>" % K)
+    f(((C + 255) // 256,), (256,), (x, i64(ldx), w, state, i32(slot), out, i32(C), i32(T)))
+
+
+def deltanet_gates(a, lda: int, b, ldb: int, a_log, dt_bias, g, beta, Hv: int, rows: int):
+    total = rows * Hv
+    f = function("deltanet.cu", "deltanet_gates")
+    f(((total + 255) // 256,), (256,), (a, i64(lda), b, i64(ldb), a_log, dt_bias, g, beta, i32(Hv), i64(total)))
+
+
+def scan_split(DK: int) -> int:
+    """Threads sharing one column of the state (each keeps DK/G rows in registers)."""
+    return max(1, DK // 64)
+
+
+def deltanet_scan(q, ldq: int, k, ldk: int, v, ldv: int, g, beta, state, lanes, slots: int, out, nseq: int, T: int,
+                  Hk: int, Hv: int, DK: int, Dv: int, qscale: float):
+    if DK not in SCAN_DK:
+        raise ValueError(f"deltanet_scan: key head dim {DK} is not one of {SCAN_DK}")
+    G = scan_split(DK)
+    threads = -(-(G * Dv) // 32) * 32
+    if threads > 1024:
+        raise ValueError(f"deltanet_scan: value head dim {Dv} is beyond {1024 // G}")
+    f = function("deltanet.cu", "deltanet_scan<%d, %d>" % (DK, G))
+    f((nseq, Hv), (threads,), (q, i64(ldq), k, i64(ldk), v, i64(ldv), g, beta, state, lanes, i32(slots), out, i32(T),
+                               i32(Hk), i32(Hv), i32(Dv), f32(qscale)))
+
+
+def gated_rmsnorm(x, z, ldz: int, w, y, D: int, eps: float, rows: int, heads: int):
+    f = function("deltanet.cu", "gated_rmsnorm")
+    f((rows, heads), (32,), (x, z, i64(ldz), w, y, i32(D), f32(eps)))
+
+
+# --- moe.cu ---------------------------------------------------------------------------------------
+def moe_route(logits, ld: int, E: int, k: int, experts, weights, rows: int):
+    if k > 32 or E > 1024:
+        raise ValueError(f"moe_route: top-{k} of {E} experts is beyond the kernel (k <= 32, E <= 1024)")
+    f = function("moe.cu", "moe_route")
+    f((rows,), (32,), (logits, i64(ld), i32(E), i32(k), experts, weights))
+
+
+def moe_gemv(bits: int, W, scales, biases, st: int, experts, k: int, x, ldx: int, xj: bool, y, M: int, K: int,
+             group: int, rows: int):
+    """y [rows·k, M]: W is float32 [E, M, K] (bits 0) or uint32 codes [E, M, K·bits/32] with
+    scales/biases [E, M, K/group] (st: 0 fp16, 1 bf16 as raw 16-bit, 2 fp32)."""
+    f = function("moe.cu", "moe_gemv<%d>" % bits)
+    null = np.uint64(0)
+    f(((M + 7) // 8, rows * k), (256,), (W, null if scales is None else scales, null if biases is None else biases,
+                                        i32(st), experts, i32(k), x, i64(ldx), i32(int(xj)), y, i32(M), i32(K),
+                                        i32(group)))
+
+
+def moe_swiglu(gu, act, I: int, rows_k: int):
+    f = function("moe.cu", "moe_swiglu")
+    f((rows_k, (I + 255) // 256), (256,), (gu, act, i32(I)))
+
+
+def moe_combine(y, weights, k: int, out, H: int, rows: int):
+    f = function("moe.cu", "moe_combine")
+    f((rows, (H + 255) // 256), (256,), (y, weights, i32(k), out, i32(H)))
+
+
+def moe_shared_add(routed, ldr: int, shared, lds: int, gate, ldg: int, out, H: int, rows: int):
+    f = function("moe.cu", "moe_shared_add")
+    f((rows, (H + 255) // 256), (256,), (routed, i64(ldr), shared, i64(lds), gate, i64(ldg), out, i32(H)))

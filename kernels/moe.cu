@@ -1,0 +1,132 @@
+// Mixture of experts (Qwen3.5 / 3.6 MoE): router softmax + top-k, the expert products for each
+// (row, chosen expert), SwiGLU between them, the weighted combination and the shared expert's gated
+// add. Numpy twins: moe_route, moe_experts, moe_shared_add in engine/ops/numpy_backend.py.
+//
+// Every (row, expert) product is one warp per output element with a fixed reduction order, so a
+// row's result never depends on the other rows (decode rows and prompt chunks alike).
+#include "common.cuh"
+
+// Softmax over E logits (fp32), top k by probability (ties: the lower expert id first, numpy's
+// stable argsort), weights renormalised over the k. logits [n, E] (row stride ld); experts int32
+// [n, k], weights [n, k]. grid = n, block = 32. k <= 32, E <= 1024.
+extern "C" __global__ void moe_route(const float* __restrict__ logits, i64 ld, int E, int k,
+                                     int* __restrict__ experts, float* __restrict__ weights) {
+  const i64 row = blockIdx.x;
+  const int lane = threadIdx.x;
+  const float* x = logits + row * ld;
+  float mx = -__int_as_float(0x7f800000);
+  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, x[e]);
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int e = lane; e < E; e += 32) sum = __fadd_rn(sum, expf(__fsub_rn(x[e], mx)));
+  sum = warp_sum(sum);
+  int mine = -1;       // lane j keeps the j-th choice
+  float mine_p = 0.0f;
+  u32 taken = 0u;      // bit m: this lane's expert lane + 32·m is chosen already
+  for (int j = 0; j < k; ++j) {
+    float bv = -1.0f;
+    int bi = 0x7fffffff;
+    for (int e = lane, bit = 0; e < E; e += 32, ++bit) {
+      const float p = __fdiv_rn(expf(__fsub_rn(x[e], mx)), sum);
+      if (!((taken >> bit) & 1u) && (p > bv || (p == bv && e < bi))) { bv = p; bi = e; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(FULL_MASK, bv, o);
+      const int oi = __shfl_xor_sync(FULL_MASK, bi, o);
+      if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+    }
+    if (lane == j) { mine = bi; mine_p = bv; }
+    if (bi % 32 == lane) taken |= 1u << (bi / 32);
+  }
+  float tot = 0.0f;  // in choice order, like numpy's sum over the k
+  for (int t = 0; t < k; ++t) tot = __fadd_rn(tot, __shfl_sync(FULL_MASK, mine_p, t));
+  if (lane < k) {
+    experts[row * k + lane] = mine;
+    weights[row * k + lane] = __fdiv_rn(mine_p, tot);
+  }
+}
+
+// A scale or bias of an affine weight: ST 0 fp16, 1 bf16 (raw 16-bit), 2 fp32.
+DEV float moe_sb(const void* p, int st, i64 i) {
+  if (st == 2) return ((const float*)p)[i];
+  const u32 h = ((const unsigned short*)p)[i];
+  return st == 0 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+
+// y[rj, m] = Σ_c W_e[m, c]·x[c] for each (row, choice) rj = r·k + j, e = experts[rj], over the
+// stacked expert weights: BITS 4 or 8: codes uint32 [E, M, K·BITS/32] (element 0 in the least
+// significant bits, along the input dim), scales/biases [E, M, K/group] (w = s·q + b); BITS 0:
+// float32 [E, M, K]. x: XJ = 0: row r's input (row stride ldx), the same for every choice;
+// XJ = 1: one input per (row, choice) (stride ldx per rj). y [n·k, M].
+// grid = (ceil(M/8), n·k), block = 256: one warp per output element.
+template <int BITS>
+__global__ void __launch_bounds__(256) moe_gemv(const void* __restrict__ W, const void* __restrict__ scales,
+                                                const void* __restrict__ biases, int st,
+                                                const int* __restrict__ experts, int k,
+                                                const float* __restrict__ x, i64 ldx, int xj,
+                                                float* __restrict__ y, int M, int K, int group) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int m = blockIdx.x * 8 + warp;
+  if (m >= M) return;
+  const i64 rj = blockIdx.y;
+  const i64 e = experts[rj];
+  const float* xr = x + (xj ? rj : rj / k) * ldx;
+  float acc = 0.0f;
+  if (BITS == 0) {
+    const float* wr = (const float*)W + (e * M + m) * (i64)K;
+    for (int c = lane; c < K; c += 32) acc = __fmaf_rn(wr[c], xr[c], acc);
+  } else {
+    constexpr int PER = 32 / (BITS == 0 ? 32 : BITS);
+    constexpr u32 MASK = (1u << (BITS == 0 ? 1 : BITS)) - 1u;
+    const int words = K / PER;
+    const u32* wr = (const u32*)W + (e * M + m) * (i64)words;
+    const i64 sb = (e * M + m) * (i64)(K / group);
+    for (int wi = lane; wi < words; wi += 32) {
+      const u32 word = wr[wi];
+      const int c0 = wi * PER;
+      const i64 gi = sb + c0 / group;  // group is a multiple of PER: a word never straddles groups
+      float dot = 0.0f, xs = 0.0f;
+#pragma unroll
+      for (int t = 0; t < PER; ++t) {
+        const float xv = xr[c0 + t];
+        dot = __fmaf_rn((float)((word >> (BITS * t)) & MASK), xv, dot);
+        xs = __fadd_rn(xs, xv);
+      }
+      acc = __fadd_rn(acc, __fadd_rn(__fmul_rn(moe_sb(scales, st, gi), dot), __fmul_rn(moe_sb(biases, st, gi), xs)));
+    }
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) y[rj * M + m] = acc;
+}
+
+// act[rj, i] = silu(gu[rj, i])·gu[rj, I + i] (the first I outputs are the gate). grid = (n·k, ceil(I/256)).
+extern "C" __global__ void moe_swiglu(const float* __restrict__ gu, float* __restrict__ act, int I) {
+  const int i = blockIdx.y * 256 + threadIdx.x;
+  if (i >= I) return;
+  const i64 rj = blockIdx.x;
+  act[rj * I + i] = silu_mul_f(gu[rj * 2 * I + i], gu[rj * 2 * I + I + i]);
+}
+
+// out[r, h] = Σ_j weights[r, j]·y[r·k + j, h], summed in choice order. grid = (n, ceil(H/256)).
+extern "C" __global__ void moe_combine(const float* __restrict__ y, const float* __restrict__ weights, int k,
+                                       float* __restrict__ out, int H) {
+  const int h = blockIdx.y * 256 + threadIdx.x;
+  if (h >= H) return;
+  const i64 r = blockIdx.x;
+  float acc = 0.0f;
+  for (int j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(weights[r * k + j], y[(r * k + j) * H + h]));
+  out[r * H + h] = acc;
+}
+
+// out[r, h] = routed[r, h] + sigmoid(gate[r])·shared[r, h]; routed, shared, out [n, H] (row strides
+// ldr, lds; out contiguous), gate [n] (stride ldg). grid = (n, ceil(H/256)).
+extern "C" __global__ void moe_shared_add(const float* __restrict__ routed, i64 ldr, const float* __restrict__ shared,
+                                          i64 lds, const float* __restrict__ gate, i64 ldg, float* __restrict__ out,
+                                          int H) {
+  const int h = blockIdx.y * 256 + threadIdx.x;
+  if (h >= H) return;
+  const i64 r = blockIdx.x;
+  const float sg = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[r * ldg])));
+  out[r * H + h] = __fadd_rn(routed[r * ldr + h], __fmul_rn(shared[r * lds + h], sg));
+}

@@ -1,0 +1,79 @@
+"""The bench's CPU side: byte counting, the table, and a whole run on a tiny model (numpy)."""
+import argparse
+
+import numpy as np
+
+from engine import bench
+from engine.config import ModelConfig
+from engine.models import build
+from engine.ops.numpy_backend import NumpyBackend
+from engine.synthetic import synthetic
+
+
+def test_kv_bytes_count_every_key_of_every_row():
+    cfg = ModelConfig(arch="llama", hidden=64, layers=3, heads=4, kv_heads=2, head_dim=16, vocab=100)
+    per_token_bf16 = 3 * 2 * 2 * 16 * 2
+    assert bench.step_kv_bytes(cfg, "bf16", [0, 9]) == (1 + 10) * per_token_bf16
+    assert bench.step_kv_bytes(cfg, "fp8", [4]) == 5 * 3 * 2 * 2 * (16 + 4)
+
+
+def test_weight_bytes_are_every_layer_plus_head_plus_gathered_rows():
+    model = build(synthetic("tiny-llama"), NumpyBackend())
+    layers = sum(a.nbytes for layer in model.layers for a in layer.values())
+    head = model.lm_head.nbytes + model.norm.nbytes
+    row = model.embed.nbytes // model.embed.shape[0]
+    assert bench.step_weight_bytes(model, 0) == layers + head
+    assert bench.step_weight_bytes(model, 3) == layers + head + 3 * row
+
+
+def test_synthetic_bytes_match_the_real_format():
+    from engine.synthetic import synthetic as host
+    m = host("tiny-llama")
+    assert bench.synthetic_bytes("tiny-llama") == m.nbytes
+
+
+def test_table_format():
+    cells = [bench.Cell(bench.prompt_cell_name(2048), tok_s=6123.46),
+             bench.Cell(bench.decode_cell_name(1, True), tok_s=101.0, step_ms=9.876, bytes_per_step=4.5e9, roofline=0.712),
+             bench.Cell(bench.decode_cell_name(8, False), note="skipped: more than --parallel 4")]
+    lines = bench.format_table(cells).splitlines()
+    assert lines[0] == "cell\ttok/s\tstep ms\tGB read/step\troofline"
+    assert lines[1] == "prefill 2,048 (tok/s)\t6,123.5\t\t\t"
+    assert lines[2] == "1 stream, greedy\t101.0\t9.88\t4.500\t71.2 %"
+    assert lines[3].startswith("8 streams, T 1.0\t") and lines[3].endswith("skipped: more than --parallel 4")
+
+
+def test_bench_runs_on_the_cpu(capsys):
+    a = argparse.Namespace(model=None, synthetic="tiny-llama", backend="numpy", parallel=2, context=512,
+                           kv_dtype="fp8", kv_pages=16, kv_pages_all=True, memory_gib=None, prefill_chunk=64,
+                           prompt_lengths="48,100,600", streams="1,2,4", decode_tokens=5)
+    assert bench.main(a) == 0
+    out = capsys.readouterr().out
+    assert "plan: the engine's own and 1 more on" in out
+    table = out[out.index("cell\t"):].splitlines()
+    names = [line.split("\t")[0] for line in table[1:]]
+    assert names == ["prefill 48 (tok/s)", "prefill 100 (tok/s)", "prefill 600 (tok/s)", "1 stream, greedy",
+                     "1 stream, T 1.0", "2 streams, greedy", "2 streams, T 1.0", "4 streams, greedy", "4 streams, T 1.0"]
+    rows = {line.split("\t")[0]: line.split("\t") for line in table[1:]}
+    assert float(rows["prefill 48 (tok/s)"][1].replace(",", "")) > 0
+    assert "beyond --context" in rows["prefill 600 (tok/s)"][-1]
+    assert rows["2 streams, greedy"][4].endswith("%") and float(rows["2 streams, greedy"][4][:-2]) > 0
+    assert "more than --parallel" in rows["4 streams, greedy"][-1]
+
+
+def test_cli_wiring(capsys):
+    from engine.__main__ import main
+    assert main(["bench", "--synthetic", "tiny-qwen3", "--backend", "numpy", "--parallel", "1", "--context", "256",
+                 "--prompt-lengths", "40", "--streams", "1", "--decode-tokens", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "1 stream, greedy\t" in out and "prefill 40 (tok/s)" in out
+    assert np.isfinite(float(out.split("1 stream, greedy\t")[1].split("\t")[0].replace(",", "")))
+
+
+def test_moe_steps_count_only_the_experts_rows_can_reach():
+    model = build(synthetic("tiny-qwen3.5-moe"), NumpyBackend())
+    experts = sum(v.nbytes for layer in model.layers for k, v in layer.items() if k.startswith("experts"))
+    full = bench.step_weight_bytes(model, 4)  # 4 rows × top-2 = all 8 experts
+    one = bench.step_weight_bytes(model, 1)  # 1 row reaches 2 of 8
+    row = model.embed.nbytes // model.embed.shape[0]
+    assert full - 3 * row - one == experts - experts * 2 // 8

@@ -1,0 +1,264 @@
+"""Contract tests: every CuPy kernel against its numpy twin (engine/ops/numpy_backend.py), on the device.
+
+Shapes include odd sizes (rows not a multiple of the 16-row tile, inputs not a multiple of 128), one
+row and many rows, and positions on both sides of page and 256-key chunk boundaries. Tolerances:
+bit-exact where the kernel promises numpy's rounding (embedding, KV bits, argmax, sampling); 1e-6
+relative for norms and RoPE (different summation order, the same formulas); 5e-5 relative to the
+row's norm for the 4-bit products (x split into two bf16 halves: 2^-18 per element), 1e-4 for 8-bit;
+2e-5 for attention (fp32 softmax in chunks).
+"""
+import numpy as np
+import pytest
+
+from engine.ops import cuda_available
+from engine.ops.numpy_backend import NumpyBackend, encode_kv
+from engine.settings import SamplingParams
+from engine.weights import Affine, dequantize, quantize
+
+OK, WHY = cuda_available()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=WHY or "no GPU")]
+
+if OK:
+    import cupy
+    from engine.ops.cupy_backend import CupyBackend, _Heads
+
+
+@pytest.fixture(scope="module")
+def gb():
+    return CupyBackend()
+
+
+NB = NumpyBackend()
+
+
+def rel(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def rand_affine(rng, M, K, bits, group, sdtype):
+    w = rng.normal(0, K ** -0.5, (M, K))
+    q = quantize(w, bits, group, np.float32)
+    if sdtype != "float32":
+        import ml_dtypes
+        dt = ml_dtypes.bfloat16 if sdtype == "bfloat16" else np.float16
+        q = Affine(q.packed, q.scales.astype(dt), q.biases.astype(dt), bits, group)
+    return q
+
+
+# --- quantized and dense products ---------------------------------------------------------------
+@pytest.mark.parametrize("bits,group,sdtype", [(4, 32, "float16"), (4, 64, "float16"), (4, 128, "bfloat16"),
+                                               (4, 64, "float32"), (8, 32, "bfloat16"), (8, 64, "float16"),
+                                               (8, 128, "float32")])
+@pytest.mark.parametrize("M,K", [(48, 384), (100, 640)])
+def test_qgemv_matches_dequantized_product(gb, bits, group, sdtype, M, K):
+    rng = np.random.default_rng(bits * 1000 + group + M)
+    w = rand_affine(rng, M, K, bits, group, sdtype)
+    W = dequantize(w).astype(np.float64)
+    qw = gb.prepare(w)
+    for n in (1, 3, 8, 9, 17, 33, 128):
+        x = rng.normal(0, 1, (n, K)).astype(np.float32)
+        y = gb.to_host(gb.linear(gb.asarray(x), qw))
+        ref = x.astype(np.float64) @ W.T
+        assert y.shape == (n, M)
+        tol = 5e-5 if bits == 4 else 1e-4  # 8-bit: two nibble products, a larger offset to cancel
+        for i in range(n):
+            assert rel(y[i], ref[i]) < tol, (n, i, rel(y[i], ref[i]))
+    # every row alone gives the same bits as in any batch (the decode invariance)
+    x = rng.normal(0, 1, (20, K)).astype(np.float32)
+    full = gb.to_host(gb.linear(gb.asarray(x), qw))
+    for i in (0, 7, 8, 19):
+        one = gb.to_host(gb.linear(gb.asarray(x[i:i + 1]), qw))
+        assert np.array_equal(one[0], full[i])
+    assert np.array_equal(gb.to_host(gb.linear(gb.asarray(x[5:13]), qw)), full[5:13])
+    # the repacked layout dequantizes back to numpy's weights exactly
+    assert np.array_equal(gb.to_host(qw.dequantize()), dequantize(w))
+
+
+def test_qgemv_odd_input_width_and_lazy_silu(gb, monkeypatch):
+    import engine.ops.cupy_backend as cbm
+    rng = np.random.default_rng(3)
+    w = rand_affine(rng, 40, 96, 4, 32, "float16")  # three groups: warps 0..4 own none
+    W = dequantize(w).astype(np.float64)
+    qw = gb.prepare(w)
+    gu = rng.normal(0, 2, (5, 192)).astype(np.float32)
+    g, u = gb.asarray(gu)[:, :96], gb.asarray(gu)[:, 96:]
+    monkeypatch.setattr(cbm, "FUSE_SILU", True)  # SiLU computed as the product loads its input
+    y = gb.to_host(gb.linear(gb.silu_mul(g, u), qw))
+    act = NB.silu_mul(gu[:, :96], gu[:, 96:])
+    assert rel(y, act.astype(np.float64) @ W.T) < 5e-5
+    # the fused product equals the one over the materialised activation bit for bit
+    monkeypatch.setattr(cbm, "FUSE_SILU", False)
+    assert np.array_equal(y, gb.to_host(gb.linear(gb.silu_mul(g, u), qw)))
+    assert np.array_equal(y, gb.to_host(gb.linear(gb.silu_mul(g, u).materialize(), qw)))
+    assert np.allclose(gb.to_host(gb.silu_mul(g, u)), act, rtol=1e-6, atol=1e-7)
+
+
+def test_dense_gemv(gb):
+    rng = np.random.default_rng(4)
+    W = rng.normal(0, 0.1, (37, 70)).astype(np.float32)
+    dw = gb.prepare(W)
+    x = rng.normal(0, 1, (6, 70)).astype(np.float32)
+    y = gb.to_host(gb.linear(gb.asarray(x), dw))
+    assert rel(y, x.astype(np.float64) @ W.T.astype(np.float64)) < 1e-6
+    one = gb.to_host(gb.linear(gb.asarray(x[2:3]), dw))
+    assert np.array_equal(one[0], y[2])
+
+
+@pytest.mark.parametrize("bits,group", [(4, 32), (8, 64), (4, 128)])
+def test_embedding_gather_is_exact(gb, bits, group):
+    rng = np.random.default_rng(5)
+    w = rand_affine(rng, 50, 256, bits, group, "float16")
+    t = gb.prepare(w, "embed")
+    ids = np.array([0, 49, 17, 17, 31], np.int32)
+    assert np.array_equal(gb.to_host(gb.embed(t, gb.asarray(ids))), NB.embed(NB.prepare(w, "embed"), ids))
+
+
+# --- norms, activations, RoPE -----------------------------------------------------------------------
+def test_rmsnorm_and_add_rmsnorm(gb):
+    rng = np.random.default_rng(6)
+    for H in (64, 576, 4096, 1000):
+        x = rng.normal(0, 3, (5, H)).astype(np.float32)
+        r = rng.normal(0, 3, (5, H)).astype(np.float32)
+        w = rng.uniform(0.5, 1.5, H).astype(np.float32)
+        y = gb.to_host(gb.rmsnorm(gb.asarray(x), gb.prepare(w, "norm"), 1e-5))
+        assert np.allclose(y, NB.rmsnorm(x, w, 1e-5), rtol=2e-6, atol=1e-6)
+        y2, h2 = gb.add_rmsnorm(gb.asarray(x), gb.asarray(r), gb.prepare(w, "norm"), 1e-6)
+        ry, rh = NB.add_rmsnorm(x, r, w, 1e-6)
+        assert np.array_equal(gb.to_host(h2), rh)
+        assert np.allclose(gb.to_host(y2), ry, rtol=2e-6, atol=1e-6)
+
+
+def test_sigmoid_mul(gb):
+    rng = np.random.default_rng(7)
+    x, g = rng.normal(0, 2, (4, 33)).astype(np.float32), rng.normal(0, 2, (4, 33)).astype(np.float32)
+    assert np.allclose(gb.to_host(gb.sigmoid_mul(gb.asarray(x), gb.asarray(g))), NB.sigmoid_mul(x, g),
+                       rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("D,rot,theta", [(64, 64, 1e4), (128, 128, 5e5), (256, 64, 1e7)])
+def test_rope_and_qk_norm_on_strided_heads(gb, D, rot, theta):
+    rng = np.random.default_rng(D)
+    n, heads = 7, 3
+    wide = rng.normal(0, 1, (n, heads * D + 40)).astype(np.float32)  # a slice of a fused projection
+    x_np = wide[:, 8:8 + heads * D].reshape(n, heads, D)
+    x = gb.asarray(wide)[:, 8:8 + heads * D].reshape(n, heads, D)
+    pos = np.array([0, 1, 255, 256, 4095, 70000, 131071], np.int32)
+    r = gb.rope(x, gb.asarray(pos), theta, rot)
+    assert isinstance(r, _Heads)
+    assert np.allclose(gb.to_host(r), NB.rope(x_np, pos, theta, rot), rtol=1e-6, atol=2e-6)
+    nw = rng.uniform(0.5, 1.5, D).astype(np.float32)
+    qn = gb.rope(gb.rmsnorm(x, gb.prepare(nw, "norm"), 1e-6), gb.asarray(pos), theta, rot)
+    ref = NB.rope(NB.rmsnorm(x_np, nw, 1e-6), pos, theta, rot)
+    assert np.allclose(gb.to_host(qn), ref, rtol=1e-5, atol=2e-6)
+
+
+# --- KV cache and attention ---------------------------------------------------------------------------
+def caches(gb, dtype, pages=40, pt=16, kvh=3, D=64, layers=1):
+    return NB.kv_cache(layers, pages, pt, kvh, D, dtype), gb.kv_cache(layers, pages, pt, kvh, D, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_kv_write_bits_match_encode_kv(gb, dtype):
+    rng = np.random.default_rng(8)
+    nc, gc = caches(gb, dtype)
+    n = 6
+    k = (rng.normal(0, 1, (n, 3, 64)) * rng.uniform(0.01, 100, (n, 3, 1))).astype(np.float32)
+    k[1, 2] = 0.0  # an all-zero head: scale 1
+    v = rng.normal(0, 5, (n, 3, 64)).astype(np.float32)
+    tables = np.tile(np.array([5, 2, 9, 30, 1], np.int32), (n, 1))
+    pos = np.array([0, 15, 16, 17, 40, 79], np.int32)
+    NB.kv_write(nc, 0, k, v, tables, pos)
+    gb.kv_write(gc, 0, gb.asarray(k), gb.asarray(v), tables, pos)
+    assert np.array_equal(gb.to_host(gc.k[0]), nc.k[0])
+    assert np.array_equal(gb.to_host(gc.v[0]), nc.v[0])
+    if dtype == "fp8":
+        assert np.array_equal(gb.to_host(gc.k_scale[0]), nc.k_scale[0])
+        assert np.array_equal(gb.to_host(gc.v_scale[0]), nc.v_scale[0])
+        raw, sc = encode_kv(k, "fp8")
+        assert np.array_equal(gb.to_host(gc.k[0]).reshape(-1, 3, 64)[tables[0][pos // 16] * 16 + pos % 16], raw)
+
+
+def fill_same(nc, gc, rng, dtype):
+    """Identical random K/V bits in both caches."""
+    for store in ("k", "v"):
+        x = rng.normal(0, 1, getattr(nc, store)[0].shape).astype(np.float32)
+        raw, sc = encode_kv(x.reshape(-1, *x.shape[2:]), dtype)
+        getattr(nc, store)[0][...] = raw.reshape(x.shape)
+        getattr(gc, store)[0][...] = cupy.asarray(raw.reshape(x.shape))
+        if sc is not None:
+            getattr(nc, store + "_scale")[0][...] = sc.reshape(x.shape[:3])
+            getattr(gc, store + "_scale")[0][...] = cupy.asarray(sc.reshape(x.shape[:3]))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("pt,G,D", [(16, 3, 64), (256, 4, 128), (64, 1, 64)])
+def test_decode_attention_over_pages(gb, dtype, pt, G, D):
+    rng = np.random.default_rng(pt + G)
+    kvh = 2
+    width = -(-1200 // pt)
+    pages = 2 * width + 1
+    nc, gc = caches(gb, dtype, pages, pt, kvh, D)
+    fill_same(nc, gc, rng, dtype)
+    perm = rng.permutation(pages)
+    lane_tables = [perm[:width], perm[width:2 * width]]
+    pos = np.array([0, 255, 256, 257, 600, 1100, 15, 1199], np.int32)
+    tables = np.stack([lane_tables[i % 2] for i in range(len(pos))]).astype(np.int32)
+    q = rng.normal(0, 1, (len(pos), kvh * G, D)).astype(np.float32)
+    ref = NB.attention(q, nc, 0, tables, pos)
+    out = gb.to_host(gb.attention(gb.asarray(q), gc, 0, tables, pos))
+    for i in range(len(pos)):
+        assert rel(out[i], ref[i]) < 2e-5, (i, pos[i], rel(out[i], ref[i]))
+    # a row alone, or twice in a row (the chunk counters reset), gives the same bits
+    for i in (0, 4, 7):
+        one = gb.to_host(gb.attention(gb.asarray(q[i:i + 1]), gc, 0, tables[i:i + 1], pos[i:i + 1]))
+        assert np.array_equal(one[0], out[i])
+    again = gb.to_host(gb.attention(gb.asarray(q), gc, 0, tables, pos))
+    assert np.array_equal(again, out)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("pt,G,D", [(16, 3, 64), (256, 4, 128)])
+def test_prompt_attention_is_causal_and_row_invariant(gb, dtype, pt, G, D):
+    rng = np.random.default_rng(11 + pt)
+    kvh = 2
+    width = -(-700 // pt)
+    nc, gc = caches(gb, dtype, width + 3, pt, kvh, D)
+    fill_same(nc, gc, rng, dtype)
+    table = rng.permutation(width + 3)[:width].astype(np.int32)
+    pos = np.arange(250, 389, dtype=np.int32)  # 139 rows across a 256 chunk and page edges
+    tables = np.tile(table, (len(pos), 1))
+    q = rng.normal(0, 1, (len(pos), kvh * G, D)).astype(np.float32)
+    ref = NB.attention(q, nc, 0, tables, pos, prompt=True)
+    out = gb.to_host(gb.attention(gb.asarray(q), gc, 0, tables, pos, prompt=True))
+    for i in range(len(pos)):
+        assert rel(out[i], ref[i]) < 2e-5
+    part = gb.to_host(gb.attention(gb.asarray(q[3:20]), gc, 0, tables[3:20], pos[3:20], prompt=True))
+    assert np.array_equal(part, out[3:20])
+
+
+# --- argmax and sampling --------------------------------------------------------------------------------
+def test_argmax_lowest_index_on_ties(gb):
+    rng = np.random.default_rng(12)
+    x = rng.normal(0, 1, (5, 49152)).astype(np.float32)
+    x[1, [7, 100, 40000]] = 50.0
+    x[2, :] = 1.0
+    x[3, -1] = 99.0
+    assert np.array_equal(gb.to_host(gb.argmax(gb.asarray(x))), np.argmax(x, -1))
+
+
+def test_choose_equals_host_sampling(gb):
+    from engine.sampling import sample
+    rng = np.random.default_rng(13)
+    V = 3000
+    logits = rng.normal(0, 3, (6, V)).astype(np.float32)
+    logits[2, :50] = 7.0  # ties at the top-k edge
+    params = [SamplingParams(temperature=0), SamplingParams(temperature=1.0, top_k=40, top_p=0.95, seed=3),
+              SamplingParams(temperature=0.7, top_k=40, top_p=0.9, seed=5),
+              SamplingParams(temperature=1.0, top_k=0, top_p=1.0, seed=1234),
+              SamplingParams(temperature=1.3, top_k=5, top_p=1.0, seed=9), SamplingParams(temperature=0)]
+    for trial in range(20):
+        positions = [int(p) for p in rng.integers(0, 10000, 6)]
+        got = gb.choose(gb.asarray(logits), params, positions)
+        want = [sample(logits[i], p, positions[i]) for i, p in enumerate(params)]
+        assert got == want
