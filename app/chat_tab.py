@@ -6,12 +6,14 @@ keeps what arrived), when the reply ends, and when the tab closes or the app qui
 """
 from __future__ import annotations
 
+import dataclasses
+import secrets
 import time
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
 
-from engine import Finished, LanechatError
+from engine import Finished, LanechatError, SamplingParams
 
 from .chat_view import ChatView, centered
 from .composer import Composer
@@ -24,6 +26,15 @@ STREAM_SAVE_PERIOD_S = 2.0
 
 # Tab states, shown as the tab's icon.
 IDLE, WAITING, GENERATING, ERROR = "idle", "waiting", "generating", "error"
+
+
+def reply_sampling(defaults: SamplingParams) -> SamplingParams:
+    """Seed 0 means a fresh seed for every reply, so Regenerate gives another answer; any other
+    seed is kept, and the engine then repeats a reply exactly."""
+    if defaults.seed:
+        return defaults
+    return dataclasses.replace(defaults, seed=secrets.randbits(31) or 1)
+
 
 
 class Reply:
@@ -199,7 +210,7 @@ class ChatTab(QWidget):
         self.reply = reply = Reply(self, message, widget)
         self.composer.set_generating(True)
         self._update_actions()
-        sampling = self.bridge.settings.sampling if self.bridge.settings is not None else None
+        sampling = reply_sampling(self.bridge.settings.sampling) if self.bridge.settings is not None else None
         try:
             reply.ticket = self.bridge.submit(history, sampling, reply)
         except LanechatError as e:

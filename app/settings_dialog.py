@@ -95,7 +95,7 @@ class SettingsDialog(QDialog):
         self.top_p = _dspin(0.01, 1, sp.top_p, 0.05)
         self.top_k = _spin(0, 1000, sp.top_k, special="Off")
         self.max_tokens = _spin(1, 1 << 20, sp.max_tokens, step=256)
-        self.seed = _spin(0, 2**31 - 1, sp.seed)
+        self.seed = _spin(0, 2**31 - 1, sp.seed, special="Random (a new seed every reply)")
         sampling_box = QGroupBox("Sampling defaults")
         sf = QFormLayout(sampling_box)
         sf.addRow("Temperature", self.temperature)

@@ -56,3 +56,11 @@ def test_markdown_export():
     assert md.startswith("# Hello\n")
     assert "> Be kind." in md and "## You\n\nHello" in md
     assert "## Assistant (interrupted)\n\n```py\nprint(1)\n```" in md
+
+
+def test_seed_zero_draws_a_fresh_seed_for_every_reply():
+    from app.chat_tab import reply_sampling
+    from engine import SamplingParams
+    seeds = {reply_sampling(SamplingParams(seed=0)).seed for _ in range(20)}
+    assert len(seeds) > 15 and 0 not in seeds
+    assert reply_sampling(SamplingParams(seed=42)).seed == 42
