@@ -96,11 +96,23 @@ class FakeEngine:
         return "fake-info"
 
 
+_LIVE: list = []  # every fake engine of the running test
+
+
+@pytest.fixture(autouse=True)
+def _stop_fake_engines():
+    """No fake engine thread may outlive its test: it would emit into a deleted bridge."""
+    yield
+    while _LIVE:
+        _LIVE.pop().shutdown()
+
+
 def bridge_with(**kw):
     engines = []
 
     def factory(settings):
         engines.append(FakeEngine(settings, **kw))
+        _LIVE.append(engines[-1])
         return engines[-1]
     return EngineBridge(factory), engines
 
