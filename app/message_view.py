@@ -22,10 +22,14 @@ def _copy_button(text_source, tooltip: str) -> QToolButton:
     button = QToolButton(text="Copy", toolTip=tooltip, objectName="messageAction")
     button.setCursor(Qt.CursorShape.PointingHandCursor)
 
+    # A child timer dies with the button, so a reset can never reach a deleted one.
+    reset = QTimer(button, singleShot=True, interval=1200)
+    reset.timeout.connect(lambda: button.setText("Copy"))
+
     def copy() -> None:
         QGuiApplication.clipboard().setText(text_source())
         button.setText("Copied")
-        QTimer.singleShot(1200, button, lambda: button.setText("Copy"))  # dies with the button
+        reset.start()
 
     button.clicked.connect(copy)
     return button
