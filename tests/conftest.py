@@ -52,9 +52,11 @@ def app_model(tmp_path_factory) -> str:
     return str(path)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def qasync_loop(qapp):
-    """An asyncio loop on Qt's: coroutines advance whenever qtbot lets Qt process events."""
+    """One asyncio loop on Qt's for the whole session, as the app has one for its lifetime:
+    coroutines advance whenever qtbot lets Qt process events. (A loop per test left the Qt objects
+    of closed loops behind, and a later test's event processing crashed on them.)"""
     import qasync
 
     loop = qasync.QEventLoop(qapp, already_running=True)
