@@ -47,6 +47,7 @@ class NoticeBar(QWidget):
             action: tuple[str, Callable[[], None]] | None = None) -> Notice:
         notice = Notice(text, error, action)
         self._layout.addWidget(notice)
+        notice.show()  # the layout would only queue the show: notices() must count it at once
         return notice
 
     def notices(self) -> list[Notice]:
