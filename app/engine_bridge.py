@@ -1,9 +1,11 @@
 """The engine thread ↔ Qt: start/stop off the GUI thread, events delivered on it, coalesced.
 
-The engine calls `on_event` on its own thread for every token. Emitting a Qt signal per token
-would flood the GUI with 8 streams typing, so events go into a locked buffer instead, and the
-GUI thread drains it at most ~30 times a second, merging each request's consecutive tokens into
-one text update. Each request reports to a RequestSink (one chat tab) on the GUI thread.
+The engine calls `on_event` on its own thread for every token. Events go into a locked buffer
+that a GUI-thread timer drains ~30 times a second, merging each request's consecutive tokens into
+one text update; each request reports to a RequestSink (one chat tab) on the GUI thread.
+
+No Qt signal is ever emitted off the GUI thread (PySide6 crashed on that under Python 3.11, and
+polling costs nothing): blocking engine calls run on plain threads that the GUI thread polls.
 """
 from __future__ import annotations
 
@@ -11,11 +13,10 @@ import asyncio
 import functools
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine import (Engine, EngineInfo, EngineSettings, Failed, Finished, LanechatError, Queued,
                     SamplingParams, Started, Token)
@@ -23,7 +24,8 @@ from engine import (Engine, EngineInfo, EngineSettings, Failed, Finished, Lanech
 log = logging.getLogger(__name__)
 engine_log = logging.getLogger("engine")
 
-DRAIN_PERIOD_S = 1 / 30
+DRAIN_PERIOD_MS = 33
+POLL_S = 0.02  # how often the GUI thread looks at a blocking call running on its thread
 USAGE_PERIOD_MS = 500
 
 
@@ -54,7 +56,6 @@ class EngineBridge(QObject):
     state_changed = Signal()        # state, info or error changed
     progress = Signal(str, float)   # model loading: what, fraction
     usage_changed = Signal(object)  # engine.Usage, polled while an engine runs
-    _wake = Signal()                # engine thread → GUI thread: events are waiting
 
     def __init__(self, engine_factory: Callable[[EngineSettings], Engine] | None = None,
                  parent: QObject | None = None) -> None:
@@ -70,10 +71,7 @@ class EngineBridge(QObject):
         self._tickets: dict[tuple[int, int], Ticket] = {}
         self._lock = threading.Lock()
         self._events: list[tuple[int, object]] = []
-        self._wake_posted = False
-        self._last_drain = 0.0
-        self._drain_timer = QTimer(self, singleShot=True, timeout=self._drain)
-        self._wake.connect(self._schedule_drain, Qt.ConnectionType.QueuedConnection)
+        self._drain_timer = QTimer(self, interval=DRAIN_PERIOD_MS, timeout=self._drain)
         self._usage_timer = QTimer(self, interval=USAGE_PERIOD_MS, timeout=self._poll_usage)
 
     @property
@@ -97,10 +95,15 @@ class EngineBridge(QObject):
         generation = self._generation
         self.settings, self.error, self.state = settings, None, "starting"
         self.state_changed.emit()
-        loop = asyncio.get_running_loop()
+        latest: list[tuple[str, float]] = []  # written by the loading thread, read here
+
+        def report() -> None:
+            if latest:
+                self.progress.emit(*latest[-1])
+                latest.clear()
         try:
             engine = self._factory(settings)
-            await loop.run_in_executor(None, engine.start, self.progress.emit)
+            await in_thread(engine.start, lambda what, frac: latest.append((what, frac)), poll=report)
         except Exception as e:  # noqa: BLE001 - any load failure must leave the app usable
             if generation != self._generation:  # abandoned by stop(): nobody waits for this load
                 return
@@ -114,10 +117,11 @@ class EngineBridge(QObject):
                 raise
             raise LanechatError(self.error) from e
         if generation != self._generation:  # stop() or another start() overtook this one
-            await loop.run_in_executor(None, engine.shutdown)
+            await in_thread(engine.shutdown)
             return
         self._engine, self.state = engine, "ready"
         self._usage_timer.start()
+        self._drain_timer.start()
         pending, self._pending = self._pending, []
         for ticket in pending:
             self._submit(ticket)
@@ -128,7 +132,7 @@ class EngineBridge(QObject):
         """Shut the engine down off the GUI thread (a step in progress finishes first)."""
         engine = self._detach()
         if engine is not None:
-            await asyncio.get_running_loop().run_in_executor(None, engine.shutdown)
+            await in_thread(engine.shutdown)
             self._drain()
 
     def shutdown_now(self) -> None:
@@ -141,6 +145,7 @@ class EngineBridge(QObject):
     def _detach(self) -> Engine | None:
         engine, self._engine = self._engine, None
         self._usage_timer.stop()
+        self._drain_timer.stop()
         if self.state in ("ready", "starting"):
             self.state = "stopped"
             self._generation += 1  # a load still running is abandoned when it returns
@@ -204,24 +209,13 @@ class EngineBridge(QObject):
     # --- engine thread → GUI thread ----------------------------------------------------------
 
     def _on_event(self, generation: int, event: object) -> None:
-        """Engine thread: buffer, and wake the GUI thread once per batch."""
+        """Engine thread: buffer only; the GUI thread's drain timer picks it up."""
         with self._lock:
             self._events.append((generation, event))
-            if self._wake_posted:
-                return
-            self._wake_posted = True
-        self._wake.emit()
-
-    def _schedule_drain(self) -> None:
-        if not self._drain_timer.isActive():
-            wait = self._last_drain + DRAIN_PERIOD_S - time.monotonic()
-            self._drain_timer.start(max(0, int(wait * 1000)))
 
     def _drain(self) -> None:
         with self._lock:
             events, self._events = self._events, []
-            self._wake_posted = False
-        self._last_drain = time.monotonic()
         text: dict[Ticket, list[str]] = {}  # per ticket: tokens not yet delivered
         for generation, ev in events:
             ticket = self._tickets.get((generation, ev.request_id))
@@ -262,3 +256,25 @@ def _deliver(method: Callable[..., None], *args: object) -> None:
         method(*args)
     except Exception:  # noqa: BLE001
         log.exception("request sink %s failed", method)
+
+
+async def in_thread(fn: Callable[..., object], *args: object, poll: Callable[[], None] = lambda: None) -> object:
+    """Run a blocking call on a plain thread; the GUI thread waits by polling (calling `poll`
+    each time), so nothing but plain Python data crosses threads."""
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - re-raised on the GUI thread
+            box["error"] = e
+    thread = threading.Thread(target=run, name=f"lanechat-{getattr(fn, '__name__', 'call')}", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        await asyncio.sleep(POLL_S)
+        poll()
+    poll()
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box.get("result")
+
