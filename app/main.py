@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
 
 import qasync
+from PySide6.QtCore import QObject, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication
 
@@ -39,6 +41,15 @@ def configure(app: QApplication) -> None:
     theme.apply(app)
 
 
+def collect_on_this_thread(parent: QObject, period_ms: int = 2000) -> QTimer:
+    """Cyclic garbage is collected on the GUI thread only. Left to itself, Python collects in
+    whichever thread allocates, and the engine thread would then delete Qt objects (a crash)."""
+    gc.disable()
+    timer = QTimer(parent, interval=period_ms, timeout=gc.collect)
+    timer.start()
+    return timer
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     app = QApplication(sys.argv if argv is None else argv)
@@ -47,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     asyncio.set_event_loop(loop)
     window = create_window()
     window.show()
+    collect_on_this_thread(app)
     # A session logout or `kill` closes the window normally, so replies in progress are saved.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, window.close)

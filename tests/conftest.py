@@ -1,4 +1,6 @@
 """Shared fixtures. Engine section first, then the app's."""
+import gc
+
 import pytest
 
 
@@ -9,6 +11,16 @@ def _default_model_or_none():
 
 
 _ENGINE_DEFAULT_MODEL = _default_model_or_none()  # before any test moves LANECHAT_HOME
+
+
+@pytest.fixture(autouse=True)
+def _collect_on_the_main_thread():
+    """As in the app (app.main): cyclic garbage is collected on the main thread only. Left to
+    itself, Python collects in whichever thread allocates, and an engine thread deleting a Qt
+    object of an earlier test crashed the process."""
+    gc.disable()
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")

@@ -277,7 +277,7 @@ def test_empty_tabs_leave_no_files(qtbot, launch, app_home):
 
 
 def test_eight_tabs_stream_together(qtbot, launch):
-    window = launch(parallel=8, max_tokens=64)
+    window = launch(parallel=8, max_tokens=256)
     tabs = [window.current_tab()] + [window.new_tab() for _ in range(7)]
     for i, tab in enumerate(tabs):
         send(qtbot, tab, f"Question {i}")
@@ -288,5 +288,5 @@ def test_eight_tabs_stream_together(qtbot, launch):
         return not any(t.generating for t in tabs)
     qtbot.waitUntil(sample, timeout=120000)
     assert max(peak) >= 4  # several tabs were typing at the same moment
-    assert all(t.conversation.messages[-1].tokens == 64 for t in tabs)
+    assert all(t.conversation.messages[-1].tokens == 256 for t in tabs)
     qtbot.waitUntil(lambda: window.status.pages.text().endswith("idle"), timeout=3000)  # polled usage
