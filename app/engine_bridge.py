@@ -222,7 +222,7 @@ class EngineBridge(QObject):
             if ticket is None or ticket.done:
                 continue
             if isinstance(ev, Token):
-                ticket.tokens += 1
+                ticket.tokens += ev.token_id != Token.NO_TOKEN
                 text.setdefault(ticket, []).append(ev.text)
                 continue
             self._flush(ticket, text.pop(ticket, None))  # text before the event that follows it

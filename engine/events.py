@@ -24,9 +24,13 @@ class Started:
 
 @dataclass(frozen=True)
 class Token:
+    """A new token and the text it completes; at the end of a request, one with token_id
+    NO_TOKEN may carry text that was held back (a possible stop-string prefix)."""
+    NO_TOKEN = -1
+
     request_id: int
     token_id: int
-    text: str  # the text this token completes (may be empty inside a multi-byte character)
+    text: str  # may be empty inside a multi-byte character
 
 
 @dataclass(frozen=True)

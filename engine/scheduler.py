@@ -215,8 +215,9 @@ class Scheduler:
         prompt_s = (seq.t_first - seq.t_start) if seq.t_first else 0.0
         decode_s = now - seq.t_first if seq.t_first else 0.0
         n = seq.generated
-        seq.on_event(Token(seq.id, -1, seq.text[seq.emitted:])) if len(seq.text) > seq.emitted else None
-        seq.emitted = len(seq.text)
+        if len(seq.text) > seq.emitted:  # text held back (stop-string prefix, partial character)
+            seq.on_event(Token(seq.id, Token.NO_TOKEN, seq.text[seq.emitted:]))
+            seq.emitted = len(seq.text)
         seq.on_event(Finished(seq.id, reason, seq.text, n, seq.prompt_len,
                               seq.prompt_len / prompt_s if prompt_s > 0 else 0.0,
                               (n - 1) / decode_s if decode_s > 0 and n > 1 else 0.0))
