@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -18,7 +18,6 @@ from .events import Event, Failed, Finished, Queued, Started, Token
 from .kv import Lane, Lanes
 from .plan import Plan
 from .rows import Rows
-from .sampling import sample
 from .settings import EngineSettings, SamplingParams
 
 
@@ -160,28 +159,15 @@ class Scheduler:
                 self._append(seq, self._choose(logits, [seq])[0])
 
     def _decode(self, seqs: list[Sequence]) -> None:
-        rows = self._rows(seqs, False)
-        # A GPU backend replays a CUDA graph per batch size, padding with rows on the scratch page.
-        step = getattr(self.b, "decode_step", None)
-        logits = step(self.model, rows, self.cache, self.scratch_page) if step else self.model.forward(rows, self.cache)
+        # The scratch page takes the writes of padding rows (a GPU backend replays captured graphs).
+        logits = self.b.decode_step(self.model, self._rows(seqs, False), self.cache, self.scratch_page)
         for seq in seqs:
             seq.computed += 1
         for seq, tok in zip(seqs, self._choose(logits, seqs)):
             self._append(seq, tok)
 
     def _choose(self, logits, seqs: list[Sequence]) -> list[int]:
-        """Greedy rows by the backend's argmax; sampled rows on the host, keyed by position."""
-        choose = getattr(self.b, "choose", None)  # a GPU backend narrows sampled rows on the device first
-        if choose is not None:
-            return choose(logits, [q.params for q in seqs], [len(q.tokens) for q in seqs])
-        greedy = self.b.to_host(self.b.argmax(logits)) if any(q.params.greedy for q in seqs) else None
-        out = []
-        for i, seq in enumerate(seqs):
-            if seq.params.greedy:
-                out.append(int(greedy[i]))
-            else:
-                out.append(sample(self.b.to_host(logits[i]), seq.params, len(seq.tokens)))
-        return out
+        return self.b.choose(logits, [q.params for q in seqs], [len(q.tokens) for q in seqs])
 
     # --- tokens out ----------------------------------------------------------------------
     def _append(self, seq: Sequence, tok: int) -> None:

@@ -3,7 +3,7 @@ import threading
 
 import pytest
 
-from engine import Engine, EngineSettings, Failed, Finished, LanechatError, RequestError, SamplingParams, Started, Token
+from engine import Engine, EngineSettings, Finished, LanechatError, RequestError, SamplingParams, Started, Token
 
 
 def settings(**kw):

@@ -427,6 +427,10 @@ class CupyBackend(Qwen35Ops):
             K.dense_gemv(w.w, w.M, w.K, x, x2, ldx, xm, y, n)
         return y
 
+    def concat(self, parts: list) -> "cupy.ndarray":
+        """Column-wise concatenation of [n, k_i] arrays (q, k, v kept apart by mixed formats)."""
+        return cupy.concatenate(parts, axis=-1)
+
     # --- attention ---------------------------------------------------------------------------------
     def kv_write(self, cache: KVCache, layer: int, k, v, tables, positions) -> None:
         self._use()
@@ -473,9 +477,6 @@ class CupyBackend(Qwen35Ops):
         return out
 
     # --- heads ---------------------------------------------------------------------------------------
-    def logits_to_host(self, logits) -> np.ndarray:
-        return self.to_host(logits)
-
     def argmax(self, logits):
         self._use()
         x = self._rows2d(logits)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 import ml_dtypes
 
-from ..weights import Affine, Tensor, dequantize
+from ..plan import system_free_bytes
+from ..sampling import sample
+from ..weights import Tensor, dequantize
 
 BF16 = ml_dtypes.bfloat16
 FP8 = ml_dtypes.float8_e4m3fn
@@ -94,12 +96,7 @@ class NumpyBackend:
 
     def free_memory(self) -> int:
         """Bytes the OS could still give us (the KV budget's default is a fraction of this)."""
-        try:
-            with open("/proc/meminfo") as f:
-                info = {l.split(":")[0]: int(l.split()[1]) * 1024 for l in f}
-            return info.get("MemAvailable", 8 << 30)
-        except OSError:
-            return 8 << 30
+        return system_free_bytes()
 
     def synchronize(self) -> None:
         pass
@@ -200,11 +197,17 @@ class NumpyBackend:
         return out
 
     # --- heads ----------------------------------------------------------------------------
-    def logits_to_host(self, logits: np.ndarray) -> np.ndarray:
-        return logits
-
     def argmax(self, logits: np.ndarray) -> np.ndarray:
         return np.argmax(logits, axis=-1)
+
+    def decode_step(self, model, rows, cache: KVCache, scratch_page: int) -> np.ndarray:
+        """One decode forward (no graphs here, so no padding rows and no use for the scratch page)."""
+        return model.forward(rows, cache)
+
+    def choose(self, logits: np.ndarray, params: list, positions: list[int]) -> list[int]:
+        """A token per row: greedy by argmax, sampled rows keyed by (seed, absolute position)."""
+        return [int(np.argmax(row)) if p.greedy else sample(row, p, pos)
+                for row, p, pos in zip(logits, params, positions)]
 
     # =====================================================================================
     # Qwen3.5 / Qwen3.6: Gated DeltaNet, gated RMSNorm, MoE (issue 5).
