@@ -303,8 +303,6 @@ def main(a) -> int:
             log(f"bench: {name}: {tokens} tokens in {dt:.2f} s")
     print(format_table(cells))
     if b.name == "cupy":
-        import kernels.launch as K
         graphs = sum(1 for per in b._graphs.values() for e in per.values() if e.graph is not None)
-        print(f"decode graphs replayed: {graphs} batch sizes captured, {len(b.graph_failures)} failed; "
-              f"qgemv schedule {K.QGEMV_SCHEDULE}")
+        print(f"decode graphs replayed: {graphs} batch sizes captured, {len(b.graph_failures)} failed")
     return 0

@@ -5,13 +5,12 @@
 // absolute position p into the flat slot table[p / PT] * PT + p % PT, so a window and a page are
 // the same thing to these kernels.
 //
-// Decode attention splits every row's keys at absolute positions into chunks of 256, one block
-// per (chunk, kv head, row); each writes a partial (max, sum, unnormalised out) and the last block
-// of a (row, kv head) to finish merges the partials in chunk order. The split depends only on the
-// position, never on the page size or on how many rows run.
+// Decode attention splits every row's keys at absolute positions into chunks of CHUNK, one block
+// per (chunk, kv head, row); partials (max, sum, unnormalised out) merge in a fixed tree of chunk
+// groups. The split depends only on the position, never on the page size or on how many rows run.
 #include "common.cuh"
 
-#define CHUNK 256
+#define CHUNK 64  // absolute key positions per decode-attention block
 
 DEV i64 slot_of(const int* __restrict__ tab, int p, int pt) { return (i64)tab[p / pt] * pt + (p % pt); }
 
@@ -49,191 +48,267 @@ __global__ void __launch_bounds__(64) kv_write(const float* __restrict__ k, i64 
 }
 
 // Decode attention of n rows, each over its own lane's keys 0..positions[row].
-// grid = (nch, KH, n), block = 128. A block takes one 256-key chunk of one row for the G query
-// heads of one kv head: K then V come into shared memory 64 keys at a time with 16-byte loads,
-// all in flight together; scores, softmax and the weighted sum run from shared memory.
-// Dynamic shared = G*D + G*CHUNK floats, CHUNK slots (i64), CHUNK fp8 scales, one raw tile of
-// KT_DEC keys (64, or 32 for wide heads: under 48 KB).
-// part: [n, H, nch, D + 2] partials; counters: [n * KH] ints, zero between launches.
+// grid = (nch, KH, n), block = 128. A block takes one CHUNK-key chunk of one row for the G query
+// heads of one kv head: K and V of the chunk come into shared memory by cp.async (all in flight at
+// once), then scores, softmax and the weighted values run from shared memory. With kn given, the
+// block whose chunk holds the row's own position first writes that position's K/V (norm + RoPE +
+// encoding, as kv_write) to the cache and into its tile, so no separate write kernel runs.
+// Partials (max, sum, unnormalised out) merge in a fixed tree by absolute position: chunks in
+// groups of GROUP in chunk order by the last of the group to finish, then the groups in order by
+// the last group to finish. Dynamic shared memory: decode_smem() in launch.py.
+// part: [n, H, nch, D + 2]; gpart: [n, H, ngroups, D + 2]; counters [n * KH * (ngroups + 1)], zero.
+#define GROUP 16
 
+DEV u32 smem_u32(const void* p) {
+  u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+DEV void cp_async16(u32 dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+}
+DEV void cp_async_commit_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+}
+
+// 8 stored K/V elements at p (bf16: 4 words, fp8: 2 words; 16- or 8-byte aligned) as floats, exactly.
 template <int KV8>
-DEV int kv_row_words(int D) { return KV8 ? D / 4 : D / 2; }  // 32-bit words of one key row
+DEV void kv_piece(const u32* p, float* f) {
+  if (KV8) {
+    const uint2 w = *(const uint2*)p;
+    const u32 ws[2] = {w.x, w.y};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      u32 lo, hi;
+      asm("{ .reg .b16 a, b; mov.b32 {a, b}, %2; cvt.rn.f16x2.e4m3x2 %0, a; cvt.rn.f16x2.e4m3x2 %1, b; }"
+          : "=r"(lo), "=r"(hi) : "r"(ws[i]));
+      f[4 * i] = f16_to_f32(lo); f[4 * i + 1] = f16_to_f32(lo >> 16);
+      f[4 * i + 2] = f16_to_f32(hi); f[4 * i + 3] = f16_to_f32(hi >> 16);
+    }
+  } else {
+    const uint4 w = *(const uint4*)p;
+    const u32 ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) { f[2 * i] = bf16_to_f32(ws[i]); f[2 * i + 1] = bf16_to_f32(ws[i] >> 16); }
+  }
+}
+
+// One head vector b[0..D) encoded into a cache row: raw bits to dst (global) and tile (shared),
+// the fp8 scale (amax / 448, 1 for a zero row) to *sdst and *stile. One warp.
+template <int KV8>
+DEV void encode_head(const float* b, int D, void* dst, void* tile, float* sdst, float* stile, int lane) {
+  if (KV8) {
+    float amax = 0.0f;
+    for (int d = lane; d < D; d += 32) amax = fmaxf(amax, fabsf(b[d]));
+    amax = warp_max(amax);
+    const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+    for (int d = lane; d < D; d += 32) {
+      const u8 c = f32_to_fp8(__fdiv_rn(b[d], scale));
+      ((u8*)dst)[d] = c;
+      ((u8*)tile)[d] = c;
+    }
+    if (lane == 0) { *sdst = scale; *stile = scale; }
+  } else {
+    for (int d = lane; d < D; d += 32) {
+      const u16 c = f32_to_bf16(b[d]);
+      ((u16*)dst)[d] = c;
+      ((u16*)tile)[d] = c;
+    }
+  }
+}
+
+// Merge partials src[0..cnt) (each D + 2 floats: out, max, sum; stride PD) in order into
+// (max, sum, out) at dst, or into out / sum at fin when fin is given. Threads own dims.
+DEV void merge_partials(const float* src, int cnt, int PD, int D, float* dst, float* fin, int tid, int nthr) {
+  float M = -__int_as_float(0x7f800000);
+  for (int c = 0; c < cnt; ++c) M = fmaxf(M, __ldcg(src + (i64)c * PD + D));
+  float den = 0.0f;
+  for (int c = 0; c < cnt; ++c)
+    den = fmaf(expf(__ldcg(src + (i64)c * PD + D) - M), __ldcg(src + (i64)c * PD + D + 1), den);
+  for (int d = tid; d < D; d += nthr) {
+    float num = 0.0f;
+    for (int c = 0; c < cnt; ++c) num = fmaf(expf(__ldcg(src + (i64)c * PD + D) - M), __ldcg(src + (i64)c * PD + d), num);
+    if (fin != nullptr) fin[d] = num / den;
+    else dst[d] = num;
+  }
+  if (fin == nullptr && tid == 0) { dst[D] = M; dst[D + 1] = den; }
+}
 
 template <int KV8>
 __global__ void __launch_bounds__(128) attn_decode(const float* __restrict__ q, i64 qs0, i64 qs1,
                                                    const float* __restrict__ qnw, float qeps,
                                                    const double* __restrict__ inv, int half,
+                                                   const float* __restrict__ kn, i64 ks0, i64 ks1,
+                                                   const float* __restrict__ knw, float keps,
+                                                   const float* __restrict__ vn, i64 vs0, i64 vs1,
                                                    const int* __restrict__ positions, const int* __restrict__ tables,
-                                                   int tw, int pt, const void* __restrict__ kc,
-                                                   const void* __restrict__ vc, const float* __restrict__ ksc,
-                                                   const float* __restrict__ vsc, int KH, int G, int D, float scale,
-                                                   float* __restrict__ part, int nch, int* __restrict__ counters,
-                                                   int KT_DEC, float* __restrict__ out) {
-  extern __shared__ float sm[];
+                                                   int tw, int pt, void* __restrict__ kc, void* __restrict__ vc,
+                                                   float* __restrict__ ksc, float* __restrict__ vsc, int KH, int G,
+                                                   int D, float scale, float* __restrict__ part,
+                                                   float* __restrict__ gpart, int nch, int* __restrict__ counters,
+                                                   float* __restrict__ out) {
+  extern __shared__ __align__(16) float sm[];
   __shared__ float m_s[16], l_s[16];
-  __shared__ int last_s;
+  __shared__ i64 slot_s[CHUNK];
+  __shared__ int flag_s;
   const int c = blockIdx.x, kh = blockIdx.y, row = blockIdx.z;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int H = KH * G;
   const int pos = positions[row];
   const int L = pos + 1, nvalid = (L + CHUNK - 1) / CHUNK;
   if (c >= nvalid) return;
-  const int RW = kv_row_words<KV8>(D), PW = RW + 1;  // row words, padded pitch (odd: no bank conflicts)
-  float* q_s = sm;                                   // [G][D]
-  float* s_s = q_s + G * D;                          // [G][CHUNK]
-  i64* slot_s = (i64*)(s_s + G * CHUNK);             // [CHUNK]
-  float* sc_s = (float*)(slot_s + CHUNK);            // [CHUNK] fp8 scales of the tile's keys
-  u32* t_s = (u32*)(sc_s + CHUNK);                   // [KT_DEC][PW] raw K or V words
+  const int RW = KV8 ? D / 4 : D / 2, PW = RW + 8, QW = RW / 4;  // words per key row, pitch, 16-byte pieces
+  u32* kt = (u32*)sm;                      // [CHUNK][PW]
+  u32* vt = kt + CHUNK * PW;               // [CHUNK][PW]
+  float* q_s = (float*)(vt + CHUNK * PW);  // [G][D]
+  float* s_s = q_s + G * D;                // [G][CHUNK]
+  float* ksc_s = s_s + G * CHUNK;          // [CHUNK]
+  float* vsc_s = ksc_s + CHUNK;            // [CHUNK]
+  float* nb = vsc_s + CHUNK;               // [2][D]: the row's new K and V heads
   const int* tab = tables + (i64)row * tw;
   const int k0 = c * CHUNK, nk = min(CHUNK, L - k0);
+  const bool writer = kn != nullptr && c == nvalid - 1;
 
+  if (tid < nk) slot_s[tid] = slot_of(tab, k0 + tid, pt);
+  __syncthreads();
+  for (int e = tid; e < nk * QW; e += 128) {
+    const int j = e / QW, w4 = e % QW;
+    const i64 off = (slot_s[j] * KH + kh) * RW + 4 * w4;
+    cp_async16(smem_u32(kt + j * PW + 4 * w4), (const u32*)kc + off);
+    cp_async16(smem_u32(vt + j * PW + 4 * w4), (const u32*)vc + off);
+  }
+  if (KV8 && tid < nk) {
+    ksc_s[tid] = ksc[slot_s[tid] * KH + kh];
+    vsc_s[tid] = vsc[slot_s[tid] * KH + kh];
+  }
   for (int g = warp; g < G; g += 4)
     load_head(q_s + g * D, q, (i64)row * qs0 + (i64)(kh * G + g) * qs1, D, qnw, qeps, positions, row, inv, half, lane);
-  for (int j = tid; j < nk; j += 128) slot_s[j] = slot_of(tab, k0 + j, pt);
+  if (writer && warp == 0)
+    load_head(nb, kn, (i64)row * ks0 + (i64)kh * ks1, D, knw, keps, positions, row, inv, half, lane);
+  if (writer && warp == 1)
+    load_head(nb + D, vn, (i64)row * vs0 + (i64)kh * vs1, D, nullptr, 0.0f, nullptr, row, nullptr, 0, lane);
+  cp_async_commit_wait_all();
+  __syncthreads();
+  if (writer && warp < 2) {  // the tile holds the old bits at pos: overwrite them with the new ones
+    const int j = pos - k0;
+    const i64 base = (slot_s[j] * KH + kh) * D;
+    if (warp == 0)
+      encode_head<KV8>(nb, D, KV8 ? (void*)((u8*)kc + base) : (void*)((u16*)kc + base), kt + j * PW,
+                       ksc + slot_s[j] * KH + kh, ksc_s + j, lane);
+    else
+      encode_head<KV8>(nb + D, D, KV8 ? (void*)((u8*)vc + base) : (void*)((u16*)vc + base), vt + j * PW,
+                       vsc + slot_s[j] * KH + kh, vsc_s + j, lane);
+  }
   __syncthreads();
 
-  const int QW = RW / 4;  // 16-byte pieces per key row (D % 16 == 0)
-  // --- pass 1: scores of every key of the chunk ---
-  for (int j0 = 0; j0 < nk; j0 += KT_DEC) {
-    const int kt = min(KT_DEC, nk - j0);
-    for (int e = tid; e < kt * QW; e += 128) {
-      const int j = e / QW, w4 = e % QW;
-      const i64 sl = slot_s[j0 + j];
-      const uint4 v = *((const uint4*)((const u32*)kc + (sl * KH + kh) * RW) + w4);
-      u32* dst = t_s + j * PW + 4 * w4;
-      dst[0] = v.x; dst[1] = v.y; dst[2] = v.z; dst[3] = v.w;
-    }
-    if (KV8)
-      for (int j = tid; j < kt; j += 128) sc_s[j] = ksc[slot_s[j0 + j] * KH + kh];
-    __syncthreads();
-    for (int e = tid; e < kt * G; e += 128) {
-      const int j = e % kt, g = e / kt;
-      const u32* kr = t_s + j * PW;
-      const float* qg = q_s + g * D;
-      float a = 0.0f;
-      if (KV8) {
-        for (int w = 0; w < RW; ++w) {
-          const u32 x = kr[w];
-          a = fmaf(qg[4 * w], fp8_to_f32(x & 0xffu), a);
-          a = fmaf(qg[4 * w + 1], fp8_to_f32((x >> 8) & 0xffu), a);
-          a = fmaf(qg[4 * w + 2], fp8_to_f32((x >> 16) & 0xffu), a);
-          a = fmaf(qg[4 * w + 3], fp8_to_f32(x >> 24), a);
-        }
-        a *= sc_s[j];
-      } else {
-        for (int w = 0; w < RW; ++w) {
-          const u32 x = kr[w];
-          a = fmaf(qg[2 * w], bf16_to_f32(x), a);
-          a = fmaf(qg[2 * w + 1], bf16_to_f32(x >> 16), a);
+  // --- scores: two threads per key, alternating 8-dim pieces ---
+  {
+    const int j = tid >> 1, h = tid & 1;
+    float acc[16];
+#pragma unroll
+    for (int g = 0; g < 16; ++g) acc[g] = 0.0f;
+    if (j < nk) {
+      for (int i = h; i < D / 8; i += 2) {
+        float kv[8];
+        kv_piece<KV8>(kt + j * PW + (KV8 ? 2 : 4) * i, kv);
+#pragma unroll
+        for (int g = 0; g < 16; ++g) {
+          if (g < G) {
+            const float4 qa = *(const float4*)(q_s + g * D + 8 * i), qb = *(const float4*)(q_s + g * D + 8 * i + 4);
+            float a = acc[g];
+            a = fmaf(qa.x, kv[0], a); a = fmaf(qa.y, kv[1], a); a = fmaf(qa.z, kv[2], a); a = fmaf(qa.w, kv[3], a);
+            a = fmaf(qb.x, kv[4], a); a = fmaf(qb.y, kv[5], a); a = fmaf(qb.z, kv[6], a); a = fmaf(qb.w, kv[7], a);
+            acc[g] = a;
+          }
         }
       }
-      s_s[g * CHUNK + j0 + j] = a * scale;
     }
-    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < 16; ++g) {
+      if (g < G) {
+        const float other = __shfl_xor_sync(FULL_MASK, acc[g], 1);
+        const float a = h == 0 ? acc[g] + other : other + acc[g];  // the same bits in both threads
+        if (h == 0 && j < CHUNK)
+          s_s[g * CHUNK + j] = j < nk ? (KV8 ? a * ksc_s[j] : a) * scale : -__int_as_float(0x7f800000);
+      }
+    }
   }
-
+  __syncthreads();
   // --- softmax statistics of the chunk, one warp per head ---
   for (int g = warp; g < G; g += 4) {
     float m = -__int_as_float(0x7f800000);
     for (int j = lane; j < nk; j += 32) m = fmaxf(m, s_s[g * CHUNK + j]);
     m = warp_max(m);
     float l = 0.0f;
-    for (int j = lane; j < nk; j += 32) {
-      const float p = expf(s_s[g * CHUNK + j] - m);
+    for (int j = lane; j < CHUNK; j += 32) {
+      const float p = j < nk ? expf(s_s[g * CHUNK + j] - m) : 0.0f;
       s_s[g * CHUNK + j] = p;
       l += p;
     }
     l = warp_sum(l);
     if (lane == 0) { m_s[g] = m; l_s[g] = l; }
   }
-
-  // --- pass 2: weighted values; thread owns dims tid and tid + 128 of every head ---
-  float o[16][2];
+  __syncthreads();
+  // --- weighted values: a thread per (head, 8-dim piece) ---
+  const int PD = D + 2, NP = D / 8;
+  for (int it = tid; it < G * NP; it += 128) {
+    const int g = it / NP, i = it % NP;
+    float o[8];
 #pragma unroll
-  for (int g = 0; g < 16; ++g) { o[g][0] = 0.0f; o[g][1] = 0.0f; }
-  const int d0 = tid, d1 = tid + 128;
-  for (int j0 = 0; j0 < nk; j0 += KT_DEC) {
-    const int kt = min(KT_DEC, nk - j0);
-    __syncthreads();  // the tile buffer is free (and, the first time, the statistics are written)
-    for (int e = tid; e < kt * QW; e += 128) {
-      const int j = e / QW, w4 = e % QW;
-      const i64 sl = slot_s[j0 + j];
-      const uint4 v = *((const uint4*)((const u32*)vc + (sl * KH + kh) * RW) + w4);
-      u32* dst = t_s + j * PW + 4 * w4;
-      dst[0] = v.x; dst[1] = v.y; dst[2] = v.z; dst[3] = v.w;
-    }
-    if (KV8)
-      for (int j = tid; j < kt; j += 128) sc_s[j] = vsc[slot_s[j0 + j] * KH + kh];
-    __syncthreads();
-    for (int j = 0; j < kt; ++j) {
-      const u32* vr = t_s + j * PW;
-      float v0 = 0.0f, v1 = 0.0f;
+    for (int e = 0; e < 8; ++e) o[e] = 0.0f;
+    for (int j = 0; j < nk; ++j) {
+      const float p = s_s[g * CHUNK + j];
+      float v[8];
+      kv_piece<KV8>(vt + j * PW + (KV8 ? 2 : 4) * i, v);
       if (KV8) {
-        const float vs = sc_s[j];
-        if (d0 < D) v0 = __fmul_rn(fp8_to_f32((vr[d0 >> 2] >> (8 * (d0 & 3))) & 0xffu), vs);
-        if (d1 < D) v1 = __fmul_rn(fp8_to_f32((vr[d1 >> 2] >> (8 * (d1 & 3))) & 0xffu), vs);
-      } else {
-        if (d0 < D) v0 = bf16_to_f32(vr[d0 >> 1] >> (16 * (d0 & 1)));
-        if (d1 < D) v1 = bf16_to_f32(vr[d1 >> 1] >> (16 * (d1 & 1)));
+        const float vs = vsc_s[j];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = __fmul_rn(v[e], vs);
       }
 #pragma unroll
-      for (int g = 0; g < 16; ++g) {
-        if (g < G) {
-          const float p = s_s[g * CHUNK + j0 + j];
-          o[g][0] = fmaf(p, v0, o[g][0]);
-          o[g][1] = fmaf(p, v1, o[g][1]);
-        }
-      }
+      for (int e = 0; e < 8; ++e) o[e] = fmaf(p, v[e], o[e]);
     }
-  }
-
-  if (nvalid == 1) {
+    const i64 hrow = (i64)row * H + kh * G + g;
+    if (nvalid == 1) {
 #pragma unroll
-    for (int g = 0; g < 16; ++g) {
-      if (g < G) {
-        float* orow = out + ((i64)row * H + kh * G + g) * D;
-        if (d0 < D) orow[d0] = o[g][0] / l_s[g];
-        if (d1 < D) orow[d1] = o[g][1] / l_s[g];
-      }
-    }
-    return;
-  }
-  const int PD = D + 2;
+      for (int e = 0; e < 8; ++e) out[hrow * D + 8 * i + e] = o[e] / l_s[g];
+    } else {
+      float* pr = part + (hrow * nch + c) * PD;
 #pragma unroll
-  for (int g = 0; g < 16; ++g) {
-    if (g < G) {
-      float* pr = part + (((i64)row * H + kh * G + g) * nch + c) * PD;
-      if (d0 < D) pr[d0] = o[g][0];
-      if (d1 < D) pr[d1] = o[g][1];
-      if (tid == 0) { pr[D] = m_s[g]; pr[D + 1] = l_s[g]; }
+      for (int e = 0; e < 8; ++e) pr[8 * i + e] = o[e];
+      if (i == 0) { pr[D] = m_s[g]; pr[D + 1] = l_s[g]; }
     }
   }
+  if (nvalid == 1) return;
+  // --- merge: chunks of a group in order, then groups in order ---
+  const int ng = (nvalid + GROUP - 1) / GROUP, grp = c / GROUP;
+  const int gcnt = min(GROUP, nvalid - grp * GROUP);
+  const int gmax = (nch + GROUP - 1) / GROUP;
+  int* cnt = counters + ((i64)row * KH + kh) * (gmax + 1);
   __threadfence();
   __syncthreads();
-  if (tid == 0) {
-    const int prev = atomicAdd(counters + (i64)row * KH + kh, 1);
-    last_s = prev == nvalid - 1;
-  }
+  if (tid == 0) flag_s = atomicAdd(cnt + 1 + grp, 1) == gcnt - 1;
   __syncthreads();
-  if (!last_s) return;
+  if (!flag_s) return;
   __threadfence();
-  // the last block: merge the chunks' partials in chunk order
-  for (int g = 0; g < G; ++g) {
-    const volatile float* pr = part + ((i64)row * H + kh * G + g) * nch * PD;
-    float M = -__int_as_float(0x7f800000);
-    for (int cc = 0; cc < nvalid; ++cc) M = fmaxf(M, pr[cc * PD + D]);
-    float num0 = 0.0f, num1 = 0.0f, den = 0.0f;
-    for (int cc = 0; cc < nvalid; ++cc) {
-      const float w = expf(pr[cc * PD + D] - M);
-      den = fmaf(w, pr[cc * PD + D + 1], den);
-      if (d0 < D) num0 = fmaf(w, pr[cc * PD + d0], num0);
-      if (d1 < D) num1 = fmaf(w, pr[cc * PD + d1], num1);
-    }
-    float* orow = out + ((i64)row * H + kh * G + g) * D;
-    if (d0 < D) orow[d0] = num0 / den;
-    if (d1 < D) orow[d1] = num1 / den;
+  for (int g = warp; g < G; g += 4) {
+    const i64 hrow = (i64)row * H + kh * G + g;
+    merge_partials(part + (hrow * nch + grp * GROUP) * PD, gcnt, PD, D, gpart + (hrow * gmax + grp) * PD,
+                   ng == 1 ? out + hrow * D : nullptr, lane, 32);
   }
-  if (tid == 0) counters[(i64)row * KH + kh] = 0;
+  if (tid == 0) cnt[1 + grp] = 0;
+  if (ng == 1) return;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) flag_s = atomicAdd(cnt, 1) == ng - 1;
+  __syncthreads();
+  if (!flag_s) return;
+  __threadfence();
+  for (int g = warp; g < G; g += 4) {
+    const i64 hrow = (i64)row * H + kh * G + g;
+    merge_partials(gpart + hrow * gmax * PD, ng, PD, D, nullptr, out + hrow * D, lane, 32);
+  }
+  if (tid == 0) cnt[0] = 0;
 }
 
 // Causal attention of a prompt chunk: n rows of one lane (its page table is the first row's),

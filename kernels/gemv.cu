@@ -1,22 +1,26 @@
 // Affine-quantized matrix products: y[n, m] = sum_k x[n, k] * (s[m, k/G] * q[m, k] + b[m, k/G]).
 //
-// Weights are repacked once at load into a tile layout that feeds mma.sync directly:
-//   codes[T][S][32 lanes][WPL words], T = 16-row tile, S = 32-input subgroup.
-//   4-bit (WPL 2): lane (g = lane/4, t = lane%4) holds the word of inputs 8t..8t+7 of the
-//     subgroup for rows 16T+g and 16T+g+8, nibbles permuted so that nibble i is input 2i and
-//     nibble i+4 is input 2i+1 (one shift+and+or gives two bf16 codes).
-//   8-bit (WPL 4): the same lane holds, per row, two words: inputs 8t+4st+j (st = 0, 1),
-//     each byte split into nibbles (low at (j>>1)+4(j&1), high two positions above).
+// Weights are repacked once at load into a tile layout that feeds mma.sync directly, with
+// T = 16-row tile, S = 32-input subgroups (padded to an even count for 4-bit codes):
+//   4-bit: codes[T][S/2][32 lanes][4 words]: lane (g = lane/4, t = lane%4) holds, for the two
+//     subgroups 2j and 2j+1, the words of inputs 8t..8t+7 for rows 16T+g and 16T+g+8 (in that
+//     order: s 2j row g, s 2j row g+8, s 2j+1 row g, s 2j+1 row g+8), nibbles permuted so that
+//     nibble i is input 2i and nibble i+4 input 2i+1 (one shift+and+or gives two bf16 codes).
+//     One 16-byte load per lane feeds two subgroups.
+//   8-bit: codes[T][S][32 lanes][4 words]: the same lane holds, per row, two words: inputs
+//     8t+4st+j (st = 0, 1), each byte split into nibbles (low at (j>>1)+4(j&1), high two above).
 //   sb[T][NG][16 rows] = (scale, bias) pairs in the source dtype.
 //
-// The product runs on tensor cores: codes as bf16 (128+q, exact), x split into bf16 hi + lo
-// (16 bits of mantissa), fp32 accumulation per group, then y += s*C + (b - 128 s) * sum(hi + lo):
-// the offset's sum is over exactly what the MMA multiplied, so only q * (hi + lo) remains.
-// 8-bit codes are two nibble products: C = sum (128+lo) x + (128+hi) 16x.
+// qmv runs on tensor cores: codes as bf16 (128+q, exact), x split into bf16 hi + lo (16 bits of
+// mantissa), fp32 accumulation per group, then y += s*C + (b - 128 s) * sum(hi + lo): the offset's
+// sum is over exactly what the MMA multiplied. 8-bit codes are two nibble products:
+// C = C_lo + 16 C_hi with offset 2176.
 //
-// Exactness: every decode row gets the same arithmetic whatever the row count; the reduction
-// over K is split among the 8 warps of a block by the weight shape only (groups [w*NG/8,
-// (w+1)*NG/8)), and the warps' partials are added in warp order.
+// Exactness: a row's arithmetic depends on the weight shape only. K is cut into P segments of KS
+// inputs (qmv_split in launch.py: a function of M and K); each block takes one segment of 128
+// weight rows for up to 8*NT x rows, and the segments' partials are added in segment order by the
+// last block of the 128 rows to finish. The batching of loads (BATCH), the row count and where a
+// row sits change nothing in any row's operations.
 #include "common.cuh"
 
 DEV u32 nib2(u32 w, int i) { return ((w >> (4 * i)) & 0x000f000fu) | 0x43004300u; }
@@ -29,30 +33,12 @@ DEV void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Streamed once: read-only path, no L1 allocation (leaves L1 to x).
-DEV uint2 ldg_stream2(const u32* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
+// Streamed once: read-only path, no L1 allocation (leaves L1 to the staged inputs).
 DEV uint4 ldg_stream4(const u32* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
-}
-
-// x values of one lane for one subgroup: inputs 8t..8t+7 of row n (XM 1: silu(x) * x2).
-DEV void load_x8(float* v, const float* __restrict__ x, const float* __restrict__ x2, int xm, i64 off) {
-  float4 a = *(const float4*)(x + off), b = *(const float4*)(x + off + 4);
-  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-  if (xm == 1) {
-    float4 c = *(const float4*)(x2 + off), d = *(const float4*)(x2 + off + 4);
-    v[0] = silu_mul_f(v[0], c.x); v[1] = silu_mul_f(v[1], c.y);
-    v[2] = silu_mul_f(v[2], c.z); v[3] = silu_mul_f(v[3], c.w);
-    v[4] = silu_mul_f(v[4], d.x); v[5] = silu_mul_f(v[5], d.y);
-    v[6] = silu_mul_f(v[6], d.z); v[7] = silu_mul_f(v[7], d.w);
-  }
 }
 
 DEV void split_bf16(float x0, float x1, u32& hi, u32& lo) {
@@ -61,198 +47,297 @@ DEV void split_bf16(float x0, float x1, u32& hi, u32& lo) {
   lo = pack_bf16x2(x0 - h0, x1 - h1);
 }
 
-template <int BITS, int SUB, int TM, int DSUB, int ST_DUMMY = 0>
-struct Batch {
-  static constexpr int WPL = BITS == 4 ? 2 : 4;
-  static constexpr int DG = DSUB / SUB;
-  u32 w[DSUB][TM][WPL];
-  float sc[DG][TM][2], bb[DG][TM][2];
+DEV float hl_sum(u32 hi, u32 lo) {
+  return __fadd_rn(__fadd_rn(__uint_as_float(hi << 16), __uint_as_float(lo << 16)),
+                   __fadd_rn(__uint_as_float(hi & 0xffff0000u), __uint_as_float(lo & 0xffff0000u)));
+}
+
+DEV void ld8(float* v, const float* __restrict__ p) {
+  const float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
+  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
+// Per n-tile count: x rows per block, inputs staged per batch (a schedule, not arithmetic), and
+// the staged row pitch in bf16 (64 bytes of padding: the 16-byte fragment loads of rows g and g+1
+// fall on disjoint banks).
+template <int NT>
+struct QmvShape {
+  static constexpr int R = 8 * NT;
+  static constexpr int BATCH = 512 / NT;
+  static constexpr int PITCH = BATCH + 32;
+  static constexpr int NSB = BATCH / 32;
 };
 
-// Codes and (scale, offset-corrected bias) of the DSUB subgroups from group grp0 (zeros past ge).
-template <int BITS, int SUB, int TM, int DSUB>
-DEV void load_batch(Batch<BITS, SUB, TM, DSUB>& B, const u32* __restrict__ codes, const void* __restrict__ sb,
-                    int st_, int T0, int S, int NG, int grp0, int ge, int lane, int g) {
-  constexpr int WPL = BITS == 4 ? 2 : 4;
-  constexpr float OFF = BITS == 4 ? 128.0f : 2176.0f;
-  constexpr int DG = DSUB / SUB;
+// Code words of one lane for subgroup pairs [s0, s0 + 2*CW) (zeros past Sp).
+template <int BITS, int CW>
+DEV void qmv_load_codes(uint4* cw, const u32* __restrict__ codes, int T, int Sp, int s0, int lane) {
 #pragma unroll
-  for (int i = 0; i < DSUB; ++i) {
-    const int s = grp0 * SUB + i;
-    const bool ok = s < ge * SUB;
-#pragma unroll
-    for (int tm = 0; tm < TM; ++tm) {
-      const u32* p = codes + ((i64)(T0 + tm) * S + s) * (32 * WPL) + lane * WPL;
-      if (WPL == 2) {
-        uint2 v = ok ? ldg_stream2(p) : make_uint2(0u, 0u);
-        B.w[i][tm][0] = v.x; B.w[i][tm][1] = v.y;
-      } else {
-        uint4 v = ok ? ldg_stream4(p) : make_uint4(0u, 0u, 0u, 0u);
-        B.w[i][tm][0] = v.x; B.w[i][tm][1] = v.y; B.w[i][tm][2 % WPL] = v.z; B.w[i][tm][3 % WPL] = v.w;
-      }
-    }
-  }
-#pragma unroll
-  for (int gi = 0; gi < DG; ++gi) {
-    const int grp = grp0 + gi;
-#pragma unroll
-    for (int tm = 0; tm < TM; ++tm) {
-      float s0 = 0.f, b0 = 0.f, s1 = 0.f, b1 = 0.f;
-      if (grp < ge) {
-        const i64 idx = ((i64)(T0 + tm) * NG + grp) * 16 + g;
-        load_sb(sb, st_, idx, s0, b0);
-        load_sb(sb, st_, idx + 8, s1, b1);
-      }
-      B.sc[gi][tm][0] = s0; B.sc[gi][tm][1] = s1;
-      B.bb[gi][tm][0] = fmaf(-OFF, s0, b0); B.bb[gi][tm][1] = fmaf(-OFF, s1, b1);
+  for (int i = 0; i < CW; ++i) {
+    if (BITS == 4) {
+      const int pr = s0 / 2 + i;
+      cw[i] = pr < Sp / 2 ? ldg_stream4(codes + (((i64)T * (Sp / 2) + pr) * 32 + lane) * 4) : make_uint4(0u, 0u, 0u, 0u);
+    } else {
+      const int s = s0 + i;
+      cw[i] = s < Sp ? ldg_stream4(codes + (((i64)T * Sp + s) * 32 + lane) * 4) : make_uint4(0u, 0u, 0u, 0u);
     }
   }
 }
 
-// BITS 4|8, SUB subgroups (of 32 inputs) per group, TM 16-row tiles per block, NT 8-row n-tiles
-// per row slice, DSUB subgroups loaded per batch, PF 1: the next batch's loads are issued before
-// the current batch is computed (software pipelining). TM, DSUB and PF change only the schedule:
-// every output element gets the same operations in the same order.
-// st_ scale type (see load_sb), xm input mode (0: x, 1: silu(x) * x2).
-// grid = (row slices of NT*8 rows, Mp / (16*TM)), block = 256 (8 warps).
-template <int BITS, int SUB, int TM, int NT, int DSUB, int PF>
-__global__ void __launch_bounds__(256) qgemv(const u32* __restrict__ codes, const void* __restrict__ sb, int st_,
-                                             const float* __restrict__ x, const float* __restrict__ x2, i64 ldx,
-                                             int xm, float* __restrict__ y, i64 ldy, int nrows, int M, int S,
-                                             int NG) {
-  constexpr int DG = DSUB / SUB;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int r0 = blockIdx.x * NT * 8;
-  const int nr = min(nrows - r0, NT * 8);
-  const int T0 = blockIdx.y * TM;
-  const int gb = (warp * NG) >> 3, ge = ((warp + 1) * NG) >> 3;
+// (scale, offset-corrected bias) of rows g and g+8 for groups [grp0, grp0 + NGC) (zeros past NG).
+template <int BITS, int NGC>
+DEV void qmv_load_sb(float (*sc)[2], float (*bb)[2], const void* __restrict__ sb, int st_, int T, int NG, int grp0,
+                     int g) {
+  constexpr float OFF = BITS == 4 ? 128.0f : 2176.0f;
+#pragma unroll
+  for (int i = 0; i < NGC; ++i) {
+    const int grp = grp0 + i;
+    float s0 = 0.f, b0 = 0.f, s1 = 0.f, b1 = 0.f;
+    if (grp < NG) {
+      const i64 idx = ((i64)T * NG + grp) * 16 + g;
+      load_sb(sb, st_, idx, s0, b0);
+      load_sb(sb, st_, idx + 8, s1, b1);
+    }
+    sc[i][0] = s0; sc[i][1] = s1;
+    bb[i][0] = fmaf(-OFF, s0, b0); bb[i][1] = fmaf(-OFF, s1, b1);
+  }
+}
 
-  float acc[TM][NT][4];
-#pragma unroll
-  for (int a = 0; a < TM; ++a)
-#pragma unroll
-    for (int b = 0; b < NT; ++b)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.0f;
+// BITS 4|8, SUB subgroups per group (1, 2, 4), NT 8-row n-tiles, XM input mode:
+//   0: x;  1: silu(x) * x2 (the MLP's gate and up halves);
+//   2: RMSNorm of h = x (+ x2 when given): the staged input is h * nw and the output is divided by
+//      sqrt(mean(h^2) + eps) of the whole row; blocks of the first 128 weight rows write h to hout.
+// grid = (ceil(M / 128), P segments, ceil(nrows / (8 NT))), block = 256 (8 warps, one tile each).
+// part [z][P][8 NT][Mp] and sspart [z][mblocks][P][8 NT] hold segment partials (P > 1); counters
+// [z * mblocks] are zero between launches (the last block of a tile row resets its own).
+template <int BITS, int SUB, int NT, int XM>
+__global__ void __launch_bounds__(256) qmv(const u32* __restrict__ codes, const void* __restrict__ sb, int st_,
+                                           const float* __restrict__ x, const float* __restrict__ x2, i64 ldx,
+                                           i64 ldx2, const float* __restrict__ nw, float eps,
+                                           float* __restrict__ hout, i64 ldh, float* __restrict__ y, i64 ldy,
+                                           int nrows, int M, int Mp, int K, int NG, int KS,
+                                           float* __restrict__ part, float* __restrict__ sspart,
+                                           int* __restrict__ counters) {
+  using Sh = QmvShape<NT>;
+  constexpr int R = Sh::R, BATCH = Sh::BATCH, PITCH = Sh::PITCH, NSB = Sh::NSB;
+  constexpr int GPB = NSB / SUB;                       // groups per batch
+  constexpr int SPC0 = BITS == 4 && SUB > 1 ? 16 : 8;  // subgroups per code chunk (<= 8 groups of scales)
+  constexpr int SPC = SPC0 < NSB ? SPC0 : NSB;
+  constexpr int CW = BITS == 4 ? SPC / 2 : SPC;        // uint4 per lane per chunk
+  constexpr int GPC = SPC / SUB;                       // groups per chunk
+  constexpr int NCH = NSB / SPC;                       // chunks per batch
+  constexpr int CPR = BATCH / 8;                       // 8-input pieces per staged row
+  constexpr int GL = 4 * SUB;                          // pieces per group
+  constexpr int NB64 = BATCH / 64;
+  __shared__ __align__(16) u16 xh[R * PITCH];
+  __shared__ __align__(16) u16 xl[R * PITCH];
+  __shared__ float sx_s[R * GPB];
+  __shared__ float sq_s[R * NB64];
+  __shared__ float ss_s[R];
+  __shared__ int last_s;
 
-  Batch<BITS, SUB, TM, DSUB> cur;
-  if (gb < ge) load_batch(cur, codes, sb, st_, T0, S, NG, gb, ge, lane, g);
-  for (int grp0 = gb; grp0 < ge; grp0 += DG) {
-    Batch<BITS, SUB, TM, DSUB> nxt;
-    if (PF && grp0 + DG < ge) load_batch(nxt, codes, sb, st_, T0, S, NG, grp0 + DG, ge, lane, g);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int mb = blockIdx.x, p = blockIdx.y, z = blockIdx.z, P = gridDim.y, MB = gridDim.x;
+  const int r0 = z * R, nr = min(nrows - r0, R);
+  const int T = mb * 8 + warp;
+  const bool tile_on = T * 16 < M;
+  const int S = K / 32, Sp = BITS == 4 ? S + (S & 1) : S;
+  const int k0 = p * KS, k1 = min(K, k0 + KS);
+  if (XM == 2 && tid < R) ss_s[tid] = 0.0f;
+
+  float acc[NT][4];
 #pragma unroll
-    for (int gi = 0; gi < DG; ++gi) {
-      const int grp = grp0 + gi;
-      if (grp < ge) {
-        float C[TM][NT][4];
-        float xs[NT];
+  for (int a = 0; a < NT; ++a)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          xs[nt] = 0.0f;
+    for (int c = 0; c < 4; ++c) acc[a][c] = 0.0f;
+
+  for (int kb = k0; kb < k1; kb += BATCH) {
+    const int sb0 = kb / 32;  // first subgroup of the batch
+    uint4 cw[CW];
+    float sc[GPC][2], bb[GPC][2];
+    if (tile_on) {  // the first chunk's codes are in flight while the batch is staged
+      qmv_load_codes<BITS, CW>(cw, codes, T, Sp, sb0, lane);
+      qmv_load_sb<BITS, GPC>(sc, bb, sb, st_, T, NG, sb0 / SUB, g);
+    }
+    // --- stage x[r0 .. r0+R, kb .. kb+BATCH) as bf16 hi/lo, with per-group sums of hi + lo ---
 #pragma unroll
-          for (int a = 0; a < TM; ++a)
+    for (int pass = 0; pass < 2; ++pass) {
+      const int c = pass * 256 + tid, r = c / CPR, j = c % CPR, k = kb + 8 * j;
+      float v[8];
+      float sq = 0.0f;
+      if (r < nr && k < k1) {
+        const i64 row = r0 + r;
+        ld8(v, x + row * ldx + k);
+        if (XM == 1) {
+          float u[8];
+          ld8(u, x2 + row * ldx2 + k);
 #pragma unroll
-            for (int c = 0; c < 4; ++c) C[a][nt][c] = 0.0f;
+          for (int i = 0; i < 8; ++i) v[i] = silu_mul_f(v[i], u[i]);
+        } else if (XM == 2) {
+          if (x2 != nullptr) {
+            float u[8];
+            ld8(u, x2 + row * ldx2 + k);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] = __fadd_rn(v[i], u[i]);
+            if (hout != nullptr && mb == 0) {
+              *(float4*)(hout + row * ldh + k) = make_float4(v[0], v[1], v[2], v[3]);
+              *(float4*)(hout + row * ldh + k + 4) = make_float4(v[4], v[5], v[6], v[7]);
+            }
+          }
+          float w[8];
+          ld8(w, nw + k);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            sq = __fadd_rn(sq, __fmul_rn(v[i], v[i]));
+            v[i] = __fmul_rn(v[i], w[i]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+      }
+      u32 hi[4], lo[4];
+      float xs = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        split_bf16(v[2 * i], v[2 * i + 1], hi[i], lo[i]);
+        xs = __fadd_rn(xs, hl_sum(hi[i], lo[i]));
+      }
+      *(uint4*)(xh + r * PITCH + 8 * j) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *(uint4*)(xl + r * PITCH + 8 * j) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+#pragma unroll
+      for (int o = 1; o < GL; o <<= 1) xs = __fadd_rn(xs, __shfl_xor_sync(FULL_MASK, xs, o));
+      if (j % GL == 0) sx_s[r * GPB + j / GL] = xs;
+      if (XM == 2) {
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) sq = __fadd_rn(sq, __shfl_xor_sync(FULL_MASK, sq, o));
+        if (j % 8 == 0) sq_s[r * NB64 + j / 8] = sq;
+      }
+    }
+    __syncthreads();
+    if (XM == 2 && tid < R) {  // the row's sum of squares, 64 inputs at a time in order
+      float s = ss_s[tid];
+      for (int i = 0; i < NB64 && kb + 64 * i < k1; ++i) s = __fadd_rn(s, sq_s[tid * NB64 + i]);
+      ss_s[tid] = s;
+    }
+    // --- tensor-core products of this warp's tile over the batch ---
+    if (tile_on) {
+#pragma unroll
+      for (int ch = 0; ch < NCH; ++ch) {
+        if (ch > 0) {
+          qmv_load_codes<BITS, CW>(cw, codes, T, Sp, sb0 + ch * SPC, lane);
+          qmv_load_sb<BITS, GPC>(sc, bb, sb, st_, T, NG, (sb0 + ch * SPC) / SUB, g);
         }
 #pragma unroll
-        for (int si = 0; si < SUB; ++si) {
-          const int i = gi * SUB + si;
-          const int s = grp * SUB + si;
+        for (int gi = 0; gi < GPC; ++gi) {
+          const int grp = (sb0 + ch * SPC) / SUB + gi;
+          if (grp < NG && grp * SUB * 32 < k1) {
+            float C[NT][4], Ch[NT][4];
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const int n = nt * 8 + g;
-            float xv[8];
-            if (n < nr) {
-              load_x8(xv, x, x2, xm, (i64)(r0 + n) * ldx + s * 32 + 8 * t);
-            } else {
+            for (int a = 0; a < NT; ++a)
 #pragma unroll
-              for (int j = 0; j < 8; ++j) xv[j] = 0.0f;
-            }
-            u32 bh[2][2], bl[2][2];
+              for (int c = 0; c < 4; ++c) { C[a][c] = 0.0f; Ch[a][c] = 0.0f; }
 #pragma unroll
-            for (int st = 0; st < 2; ++st)
-#pragma unroll
-              for (int rg = 0; rg < 2; ++rg) {
-                split_bf16(xv[4 * st + 2 * rg], xv[4 * st + 2 * rg + 1], bh[st][rg], bl[st][rg]);
-                // the sum of x the offset correction uses is the sum of what the MMA saw (hi + lo)
-                xs[nt] += (__uint_as_float(bh[st][rg] << 16) + __uint_as_float(bl[st][rg] << 16)) +
-                          (__uint_as_float(bh[st][rg] & 0xffff0000u) + __uint_as_float(bl[st][rg] & 0xffff0000u));
+            for (int si = 0; si < SUB; ++si) {
+              const int sl = ch * SPC + gi * SUB + si;  // subgroup within the batch
+              const int ci = gi * SUB + si;             // within the chunk
+              u32 w[4];
+              if (BITS == 4) {
+                const uint4 q = cw[ci / 2];
+                w[0] = (ci & 1) ? q.z : q.x;  // row g
+                w[1] = (ci & 1) ? q.w : q.y;  // row g + 8
+              } else {
+                const uint4 q = cw[ci];
+                w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;  // (g, st0) (g, st1) (g+8, st0) (g+8, st1)
               }
-            u32 bh16[2][2], bl16[2][2];
-            if (BITS == 8) {
 #pragma unroll
-              for (int st = 0; st < 2; ++st)
+              for (int nt = 0; nt < NT; ++nt) {
+                const uint4 bh = *(const uint4*)(xh + (nt * 8 + g) * PITCH + sl * 32 + 8 * t);
+                const uint4 bl = *(const uint4*)(xl + (nt * 8 + g) * PITCH + sl * 32 + 8 * t);
 #pragma unroll
-                for (int rg = 0; rg < 2; ++rg)
-                  split_bf16(16.0f * xv[4 * st + 2 * rg], 16.0f * xv[4 * st + 2 * rg + 1], bh16[st][rg], bl16[st][rg]);
-            }
-#pragma unroll
-            for (int tm = 0; tm < TM; ++tm) {
-#pragma unroll
-              for (int st = 0; st < 2; ++st) {
-                if (BITS == 4) {
-                  const u32 w0 = cur.w[i][tm][0], w1 = cur.w[i][tm][1];
-                  const u32 a0 = nib2(w0, 2 * st), a1 = nib2(w1, 2 * st), a2 = nib2(w0, 2 * st + 1), a3 = nib2(w1, 2 * st + 1);
-                  mma_bf16(C[tm][nt], a0, a1, a2, a3, bh[st][0], bh[st][1]);
-                  mma_bf16(C[tm][nt], a0, a1, a2, a3, bl[st][0], bl[st][1]);
-                } else {
-                  constexpr int W = Batch<BITS, SUB, TM, DSUB>::WPL;
-                  const u32 w0 = cur.w[i][tm][st % W], w1 = cur.w[i][tm][(2 + st) % W];
-                  const u32 a0 = nib2(w0, 0), a1 = nib2(w1, 0), a2 = nib2(w0, 1), a3 = nib2(w1, 1);
-                  mma_bf16(C[tm][nt], a0, a1, a2, a3, bh[st][0], bh[st][1]);
-                  mma_bf16(C[tm][nt], a0, a1, a2, a3, bl[st][0], bl[st][1]);
-                  const u32 h0 = nib2(w0, 2), h1 = nib2(w1, 2), h2 = nib2(w0, 3), h3 = nib2(w1, 3);
-                  mma_bf16(C[tm][nt], h0, h1, h2, h3, bh16[st][0], bh16[st][1]);
-                  mma_bf16(C[tm][nt], h0, h1, h2, h3, bl16[st][0], bl16[st][1]);
+                for (int st = 0; st < 2; ++st) {
+                  const u32 h0 = st ? bh.z : bh.x, h1 = st ? bh.w : bh.y;
+                  const u32 l0 = st ? bl.z : bl.x, l1 = st ? bl.w : bl.y;
+                  if (BITS == 4) {
+                    const u32 a0 = nib2(w[0], 2 * st), a1 = nib2(w[1], 2 * st);
+                    const u32 a2 = nib2(w[0], 2 * st + 1), a3 = nib2(w[1], 2 * st + 1);
+                    mma_bf16(C[nt], a0, a1, a2, a3, h0, h1);
+                    mma_bf16(C[nt], a0, a1, a2, a3, l0, l1);
+                  } else {
+                    const u32 w0 = w[st], w1 = w[2 + st];
+                    mma_bf16(C[nt], nib2(w0, 0), nib2(w1, 0), nib2(w0, 1), nib2(w1, 1), h0, h1);
+                    mma_bf16(C[nt], nib2(w0, 0), nib2(w1, 0), nib2(w0, 1), nib2(w1, 1), l0, l1);
+                    mma_bf16(Ch[nt], nib2(w0, 2), nib2(w1, 2), nib2(w0, 3), nib2(w1, 3), h0, h1);
+                    mma_bf16(Ch[nt], nib2(w0, 2), nib2(w1, 2), nib2(w0, 3), nib2(w1, 3), l0, l1);
+                  }
                 }
               }
             }
-          }
-        }
-        // --- group epilogue: scale, offset-corrected bias times the group's sum of x ---
+            // group epilogue: scale, offset-corrected bias times the group's sum of x
+            const int gb = ch * GPC + gi;  // group within the batch
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          float v = xs[nt];
-          v += __shfl_xor_sync(FULL_MASK, v, 1);
-          v += __shfl_xor_sync(FULL_MASK, v, 2);
-          const float sx0 = __shfl_sync(FULL_MASK, v, (2 * t) * 4);
-          const float sx1 = __shfl_sync(FULL_MASK, v, (2 * t + 1) * 4);
+            for (int nt = 0; nt < NT; ++nt) {
+              const float sx0 = sx_s[(nt * 8 + 2 * t) * GPB + gb], sx1 = sx_s[(nt * 8 + 2 * t + 1) * GPB + gb];
 #pragma unroll
-          for (int tm = 0; tm < TM; ++tm) {
-            acc[tm][nt][0] = fmaf(cur.bb[gi][tm][0], sx0, fmaf(cur.sc[gi][tm][0], C[tm][nt][0], acc[tm][nt][0]));
-            acc[tm][nt][1] = fmaf(cur.bb[gi][tm][0], sx1, fmaf(cur.sc[gi][tm][0], C[tm][nt][1], acc[tm][nt][1]));
-            acc[tm][nt][2] = fmaf(cur.bb[gi][tm][1], sx0, fmaf(cur.sc[gi][tm][1], C[tm][nt][2], acc[tm][nt][2]));
-            acc[tm][nt][3] = fmaf(cur.bb[gi][tm][1], sx1, fmaf(cur.sc[gi][tm][1], C[tm][nt][3], acc[tm][nt][3]));
+              for (int c = 0; c < 4; ++c) {
+                const float cc = BITS == 4 ? C[nt][c] : fmaf(16.0f, Ch[nt][c], C[nt][c]);
+                const int h = c >> 1;
+                acc[nt][c] = fmaf(bb[gi][h], (c & 1) ? sx1 : sx0, fmaf(sc[gi][h], cc, acc[nt][c]));
+              }
+            }
           }
         }
       }
     }
-    if (grp0 + DG < ge) {
-      if (PF) cur = nxt;
-      else load_batch(cur, codes, sb, st_, T0, S, NG, grp0 + DG, ge, lane, g);
-    }
+    __syncthreads();  // the staged batch is free
   }
 
-  // --- the 8 warps' partials, added in warp order ---
-  constexpr int E = TM * NT * 4;
-  __shared__ float red[8][E][32];
+  // --- outputs: the segment's partials, or the rows themselves when K is one segment ---
+  if (P == 1) {
+    if (tile_on) {
 #pragma unroll
-  for (int tm = 0; tm < TM; ++tm)
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int m = T * 16 + g + 8 * (c >> 1), n = nt * 8 + 2 * t + (c & 1);
+          if (m < M && n < nr) {
+            float v = acc[nt][c];
+            if (XM == 2) v = __fdiv_rn(v, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss_s[n], (float)K), eps)));
+            y[(i64)(r0 + n) * ldy + m] = v;
+          }
+        }
+    }
+    return;
+  }
+  if (tile_on) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) red[warp][(tm * NT + nt) * 4 + c][lane] = acc[tm][nt][c];
-  __syncthreads();
-  for (int e2 = threadIdx.x; e2 < E * 32; e2 += 256) {
-    const int e = e2 >> 5, ln = e2 & 31;
-    float v = 0.0f;
-#pragma unroll
-    for (int w = 0; w < 8; ++w) v += red[w][e][ln];
-    const int c = e & 3, nt = (e >> 2) % NT, tm = (e >> 2) / NT;
-    const int m = (T0 + tm) * 16 + (ln >> 2) + 8 * (c >> 1);
-    const int n = nt * 8 + 2 * (ln & 3) + (c & 1);
-    if (m < M && n < nr) y[(i64)(r0 + n) * ldy + m] = v;
+      for (int c = 0; c < 4; ++c) {
+        const int m = T * 16 + g + 8 * (c >> 1), n = nt * 8 + 2 * t + (c & 1);
+        if (n < nr) part[(((i64)z * P + p) * R + n) * Mp + m] = acc[nt][c];
+      }
   }
+  if (XM == 2 && tid < R) sspart[(((i64)z * MB + mb) * P + p) * R + tid] = ss_s[tid];
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) last_s = atomicAdd(counters + (i64)z * MB + mb, 1) == P - 1;
+  __syncthreads();
+  if (!last_s) return;
+  __threadfence();
+  // the last block of these 128 rows: segments added in order
+  for (int e = tid; e < 128 * nr; e += 256) {
+    const int n = e >> 7, m = mb * 128 + (e & 127);
+    if (m >= M) continue;
+    float v = 0.0f;
+    for (int q = 0; q < P; ++q) v = __fadd_rn(v, __ldcg(part + (((i64)z * P + q) * R + n) * Mp + m));
+    if (XM == 2) {
+      float ss = 0.0f;
+      for (int q = 0; q < P; ++q) ss = __fadd_rn(ss, __ldcg(sspart + (((i64)z * MB + mb) * P + q) * R + n));
+      v = __fdiv_rn(v, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)K), eps)));
+    }
+    y[(i64)(r0 + n) * ldy + m] = v;
+  }
+  if (tid == 0) counters[(i64)z * MB + mb] = 0;
 }
 
 // Dense fp32 weights [M, K]: one warp per output row, every x row in turn (same arithmetic for
@@ -280,15 +365,15 @@ extern "C" __global__ void __launch_bounds__(256) dense_gemv(const float* __rest
 extern "C" __global__ void repack4(const u32* __restrict__ src, int M, int K, u32* __restrict__ dst, i64 total) {
   const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= total) return;
-  const int S = K / 32;
-  const int half = (int)(idx & 1), lane = (int)((idx >> 1) & 31);
-  const i64 rest = idx >> 6;
-  const int s = (int)(rest % S);
-  const i64 T = rest / S;
-  const int g = lane >> 2, t = lane & 3;
+  const int S = K / 32, Sp2 = (S + 1) / 2;
+  const int e = (int)(idx & 3), lane = (int)((idx >> 2) & 31);
+  const i64 rest = idx >> 7;
+  const int s = 2 * (int)(rest % Sp2) + (e >> 1);
+  const i64 T = rest / Sp2;
+  const int g = lane >> 2, t = lane & 3, half = e & 1;
   const i64 m = T * 16 + g + 8 * half;
   u32 out = 0u;
-  if (m < M) {
+  if (m < M && s < S) {
     const u32 w = src[m * (K / 8) + 4 * s + t];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -329,14 +414,15 @@ DEV u32 code_at(const u32* __restrict__ codes, i64 m, int k, int S) {
   const i64 T = m / 16;
   const int r = (int)(m % 16), g = r & 7, half = r >> 3;
   const int s = k / 32, t = (k % 32) / 8, j = k % 8;
-  const i64 lanebase = (T * S + s) * 32 + g * 4 + t;
+  const int lane = g * 4 + t;
   if (BITS == 4) {
-    const u32 w = codes[lanebase * 2 + half];
+    const int Sp2 = (S + 1) / 2;
+    const u32 w = codes[((T * Sp2 + s / 2) * 32 + lane) * 4 + (s & 1) * 2 + half];
     const int p = (j >> 1) + 4 * (j & 1);
     return (w >> (4 * p)) & 0xfu;
   }
   const int st = j >> 2, jj = j & 3;
-  const u32 w = codes[lanebase * 4 + half * 2 + st];
+  const u32 w = codes[((T * S + s) * 32 + lane) * 4 + half * 2 + st];
   const int lp = (jj >> 1) + 4 * (jj & 1);
   return ((w >> (4 * lp)) & 0xfu) | (((w >> (4 * (lp + 2))) & 0xfu) << 4);
 }

@@ -4,13 +4,12 @@ those). Scalars go as fixed-width numpy types, null pointers as 0.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from . import function
 
-CHUNK = 256  # absolute key positions per decode-attention chunk (attention.cu)
+CHUNK = 64  # absolute key positions per decode-attention block (attention.cu)
+GROUP = 16  # chunks merged together before the groups are (attention.cu)
 NULL = np.uint64(0)
 
 i32, i64, f32 = np.int32, np.int64, np.float32
@@ -22,48 +21,64 @@ def _ptr(a):
 
 # --- gemv.cu --------------------------------------------------------------------------------
 def repack(packed, bits: int, M: int, K: int, Mp: int):
-    """Canonical uint32 codes [M, K*bits/32] -> the tile layout of qgemv (rows padded to Mp)."""
+    """Canonical uint32 codes [M, K*bits/32] -> the tile layout of qmv (rows padded to Mp)."""
     import cupy
-    wpl = 2 if bits == 4 else 4
-    total = (Mp // 16) * (K // 32) * 32 * wpl
+    S = K // 32
+    total = (Mp // 16) * ((S + 1) // 2 * 2 if bits == 4 else S) * 32 * (2 if bits == 4 else 4)
     out = cupy.empty(total, cupy.uint32)
     f = function("gemv.cu", "repack4" if bits == 4 else "repack8")
     f(((total + 255) // 256,), (256,), (packed, i32(M), i32(K), out, i64(total)))
     return out
 
 
-# Schedules of qgemv by n-tiles per launch: (TM 16-row tiles per block, DSUB subgroups per load batch,
-# PF software pipelining). They change only the schedule, never an element's arithmetic. The best
-# measured on the H200 (docs/perf-notes.md): the pipelined variants need ~220 registers and lose
-# occupancy.
-QGEMV_SCHEDULE = {1: (2, 8, 0), 2: (2, 4, 0), 4: (2, 2, 0)}
-if os.environ.get("LANECHAT_QGEMV_SCHEDULE"):  # "1:2,8,1;4:2,2,0" (tuning runs)
-    for item in os.environ["LANECHAT_QGEMV_SCHEDULE"].split(";"):
-        k, v = item.split(":")
-        QGEMV_SCHEDULE[int(k)] = tuple(int(a) for a in v.split(","))
-TM_ROWS = 64  # weights pad to a multiple of this many rows: any TM up to 4 stays inside the codes
+TM_ROWS = 64  # weights pad to a multiple of this many rows (whole 16-row tiles, aligned scale blocks)
+QMV_BATCH = 512  # inputs a segment holds a whole number of
+_counters = {}
 
 
-def qgemv_variant(bits: int, sub: int, nt: int) -> tuple[int, int, int, int, int, int]:
-    """(BITS, SUB, TM, NT, DSUB, PF): whole groups per batch, fewer subgroups for 8-bit codes."""
-    tm, dsub, pf = QGEMV_SCHEDULE[nt]
-    if bits == 8:
-        dsub = max(1, dsub // 2)
-    dsub = max(dsub, sub)
-    dsub -= dsub % sub
-    return bits, sub, tm, nt, dsub, pf
+def qmv_split(M: int, K: int) -> tuple[int, int]:
+    """(KS inputs per segment, P segments) of an [M, K] weight: enough warp tasks (one 16-row tile
+    over one segment each) to fill the GPU, from the shape alone, so a row's bits never depend on the
+    row count or the device."""
+    tiles = -(-M // 16)
+    nbat = -(-K // QMV_BATCH)
+    P = max(1, min(nbat, -(-2048 // tiles)))
+    KS = -(-nbat // P) * QMV_BATCH
+    return KS, -(-K // KS)
 
 
-def qgemv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, x2, ldx: int, xm: int, y, nrows: int):
-    """y[:nrows, :M] = x @ W^T for repacked W (x2: silu(x) * x2 when xm = 1)."""
+def qmv_counters(n: int):
+    """Zeroed arrival counters of the reductions across blocks (qmv segments, attention chunks): the
+    last block of each reduction resets its own, so one array serves every launch of the stream."""
+    import cupy
+    dev = cupy.cuda.Device().id
+    c = _counters.get(dev)
+    if c is None or c.size < n:
+        c = _counters[dev] = cupy.zeros(max(n, 1 << 16), cupy.int32)
+    return c
+
+
+def qmv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, ldx: int, y, nrows: int, xm: int = 0,
+        x2=None, ldx2: int = 0, nw=None, eps: float = 0.0, hout=None, ldh: int = 0):
+    """y[:nrows, :M] = f(x) @ W^T for repacked W, with f by xm: 0 x; 1 silu(x) * x2;
+    2 rmsnorm(x [+ x2]) * nw (h = x + x2 written to hout when given)."""
+    import cupy
     nt = 1 if nrows <= 8 else (2 if nrows <= 16 else 4)
-    v = qgemv_variant(bits, group // 32, nt)
-    f = function("gemv.cu", "qgemv<%d, %d, %d, %d, %d, %d>" % v)
-    slices = -(-nrows // (nt * 8))
+    R = 8 * nt
+    KS, P = qmv_split(M, K)
     Mp = -(-M // TM_ROWS) * TM_ROWS
-    f((slices, Mp // (16 * v[2])), (256,),
-      (codes, sb, i32(st), x, _ptr(x2), i64(ldx), i32(xm), y, i64(y.shape[1]), i32(nrows), i32(M), i32(K // 32),
-       i32(K // group)))
+    mblocks, slices = -(-M // 128), -(-nrows // R)
+    if P > 1:
+        part = cupy.empty(slices * P * R * Mp, cupy.float32)
+        sspart = cupy.empty(slices * mblocks * P * R, cupy.float32) if xm == 2 else None
+        counters = qmv_counters(slices * mblocks)
+    else:
+        part = sspart = counters = None
+    f = function("gemv.cu", "qmv<%d, %d, %d, %d>" % (bits, group // 32, nt, xm))
+    f((mblocks, P, slices), (256,),
+      (codes, sb, i32(st), x, _ptr(x2), i64(ldx), i64(ldx2), _ptr(nw), f32(eps), _ptr(hout), i64(ldh), y,
+       i64(y.shape[1]), i32(nrows), i32(M), i32(Mp), i32(K), i32(K // group), i32(KS), _ptr(part), _ptr(sspart),
+       _ptr(counters)))
 
 
 def dense_gemv(W, M: int, K: int, x, x2, ldx: int, xm: int, y, nrows: int):
@@ -128,20 +143,31 @@ def decode_chunks(table_width: int, page_tokens: int) -> int:
     return -(-(table_width * page_tokens) // CHUNK)
 
 
-def decode_tiles(kv8: bool, G: int, D: int) -> tuple[int, int]:
-    """(keys per shared tile, dynamic shared bytes) of attn_decode; the bytes must stay <= 48 KB."""
-    kt = 64 if D <= 128 else 32
-    row_words = D // 4 if kv8 else D // 2
-    return kt, (G * D + G * CHUNK) * 4 + CHUNK * 8 + CHUNK * 4 + kt * (row_words + 1) * 4
+def decode_smem(kv8: bool, G: int, D: int) -> int:
+    """Dynamic shared bytes of attn_decode: K and V tiles of a chunk, q, scores, scales, new heads."""
+    pitch = (D // 4 if kv8 else D // 2) + 8
+    return (2 * CHUNK * pitch + G * D + G * CHUNK + 2 * CHUNK + 2 * D) * 4
 
 
-def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: int, positions, tables, pt: int,
-                kc, vc, ksc, vsc, KH: int, G: int, D: int, scale: float, part, nch: int, counters, out, rows: int):
+def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: int, kn, ks0: int, ks1: int, knw,
+                keps: float, vn, vs0: int, vs1: int, positions, tables, pt: int, kc, vc, ksc, vsc, KH: int, G: int,
+                D: int, scale: float, out, rows: int):
+    """Decode attention of `rows` rows; with kn/vn, the rows' new K/V are written to the cache first."""
+    import cupy
+    nch = decode_chunks(tables.shape[1], pt)
+    gmax = -(-nch // GROUP)
+    H = KH * G
+    part = cupy.empty(rows * H * nch * (D + 2), cupy.float32) if nch > 1 else None
+    gpart = cupy.empty(rows * H * gmax * (D + 2), cupy.float32) if gmax > 1 else None
+    counters = qmv_counters(rows * KH * (gmax + 1))
     f = function("attention.cu", "attn_decode<%d>" % int(kv8))
-    kt, smem = decode_tiles(kv8, G, D)
-    f((nch, KH, rows), (128,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(inv), i32(half), positions, tables,
+    smem = decode_smem(kv8, G, D)
+    if smem > 48 * 1024 and f.max_dynamic_shared_size_bytes < smem:
+        f.max_dynamic_shared_size_bytes = smem
+    f((nch, KH, rows), (128,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(inv), i32(half), _ptr(kn), i64(ks0),
+                               i64(ks1), _ptr(knw), f32(keps), _ptr(vn), i64(vs0), i64(vs1), positions, tables,
                                i32(tables.shape[1]), i32(pt), kc, vc, _ptr(ksc), _ptr(vsc), i32(KH), i32(G), i32(D),
-                               f32(scale), part, i32(nch), counters, i32(kt), out), shared_mem=smem)
+                               f32(scale), _ptr(part), _ptr(gpart), i32(nch), counters, out), shared_mem=smem)
 
 
 def prompt_tiles(G: int, D: int) -> tuple[int, int, int]:

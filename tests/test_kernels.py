@@ -51,7 +51,7 @@ def rand_affine(rng, M, K, bits, group, sdtype):
                                                (4, 64, "float32"), (8, 32, "bfloat16"), (8, 64, "float16"),
                                                (8, 128, "float32")])
 @pytest.mark.parametrize("M,K", [(48, 384), (100, 640)])
-def test_qgemv_matches_dequantized_product(gb, bits, group, sdtype, M, K):
+def test_qmv_matches_dequantized_product(gb, bits, group, sdtype, M, K):
     rng = np.random.default_rng(bits * 1000 + group + M)
     w = rand_affine(rng, M, K, bits, group, sdtype)
     W = dequantize(w).astype(np.float64)
@@ -75,23 +75,60 @@ def test_qgemv_matches_dequantized_product(gb, bits, group, sdtype, M, K):
     assert np.array_equal(gb.to_host(qw.dequantize()), dequantize(w))
 
 
-def test_qgemv_odd_input_width_and_lazy_silu(gb, monkeypatch):
-    import engine.ops.cupy_backend as cbm
+def test_qmv_odd_input_width_and_lazy_silu(gb):
     rng = np.random.default_rng(3)
-    w = rand_affine(rng, 40, 96, 4, 32, "float16")  # three groups: warps 0..4 own none
+    w = rand_affine(rng, 40, 96, 4, 32, "float16")  # three subgroups: a padded pair in the 4-bit layout
     W = dequantize(w).astype(np.float64)
     qw = gb.prepare(w)
     gu = rng.normal(0, 2, (5, 192)).astype(np.float32)
     g, u = gb.asarray(gu)[:, :96], gb.asarray(gu)[:, 96:]
-    monkeypatch.setattr(cbm, "FUSE_SILU", True)  # SiLU computed as the product loads its input
-    y = gb.to_host(gb.linear(gb.silu_mul(g, u), qw))
+    y = gb.to_host(gb.linear(gb.silu_mul(g, u), qw))  # SiLU computed as the product stages its input
     act = NB.silu_mul(gu[:, :96], gu[:, 96:])
     assert rel(y, act.astype(np.float64) @ W.T) < 5e-5
     # the fused product equals the one over the materialised activation bit for bit
-    monkeypatch.setattr(cbm, "FUSE_SILU", False)
-    assert np.array_equal(y, gb.to_host(gb.linear(gb.silu_mul(g, u), qw)))
     assert np.array_equal(y, gb.to_host(gb.linear(gb.silu_mul(g, u).materialize(), qw)))
     assert np.allclose(gb.to_host(gb.silu_mul(g, u)), act, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("M,K", [(256, 4096), (200, 1536), (64, 2048)])
+def test_qmv_segments_and_fused_rmsnorm(gb, M, K):
+    """K in several segments (partials added in order by the last block), with the RMSNorm of
+    x + residual folded into the product; h = x + residual written once, exactly."""
+    import kernels.launch as KL
+    assert KL.qmv_split(M, K)[1] > 1
+    rng = np.random.default_rng(M + K)
+    w = rand_affine(rng, M, K, 4, 64, "float16")
+    W = dequantize(w).astype(np.float64)
+    qw = gb.prepare(w)
+    nw = rng.uniform(0.5, 1.5, K).astype(np.float32)
+    for n in (1, 8, 12, 40):
+        x = rng.normal(0, 1, (n, K)).astype(np.float32)
+        r = rng.normal(0, 3, (n, K)).astype(np.float32)
+        y = gb.to_host(gb.linear(gb.asarray(x), qw))
+        assert rel(y, x.astype(np.float64) @ W.T) < 5e-5
+        normed, resid = gb.add_rmsnorm(gb.asarray(x), gb.asarray(r), gb.asarray(nw), 1e-5)
+        yn = gb.to_host(gb.linear(normed, qw))
+        h = x.astype(np.float64) + r
+        ref = (h / np.sqrt((h * h).mean(-1, keepdims=True) + 1e-5) * nw) @ W.T
+        for i in range(n):
+            assert rel(yn[i], ref[i]) < 5e-5, (n, i)
+        assert np.array_equal(gb.to_host(resid), x + r)
+        # without a residual: the first layer's norm
+        y0 = gb.to_host(gb.linear(gb.rmsnorm(gb.asarray(x), gb.asarray(nw), 1e-5), qw))
+        ref0 = (x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-5) * nw) @ W.T
+        assert rel(y0, ref0) < 5e-5
+    # a row's bits do not depend on its company, in every mode
+    x = rng.normal(0, 1, (20, K)).astype(np.float32)
+    r = rng.normal(0, 1, (20, K)).astype(np.float32)
+
+    def run(a, b):
+        nm, _ = gb.add_rmsnorm(gb.asarray(a), gb.asarray(b), gb.asarray(nw), 1e-5)
+        return gb.to_host(gb.linear(nm, qw))
+
+    full = run(x, r)
+    for i in (0, 9, 19):
+        assert np.array_equal(run(x[i:i + 1], r[i:i + 1])[0], full[i])
+    assert np.array_equal(run(x[3:11], r[3:11]), full[3:11])
 
 
 def test_dense_gemv(gb):
@@ -214,6 +251,38 @@ def test_decode_attention_over_pages(gb, dtype, pt, G, D):
         one = gb.to_host(gb.attention(gb.asarray(q[i:i + 1]), gc, 0, tables[i:i + 1], pos[i:i + 1]))
         assert np.array_equal(one[0], out[i])
     again = gb.to_host(gb.attention(gb.asarray(q), gc, 0, tables, pos))
+    assert np.array_equal(again, out)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("G,D", [(4, 128), (6, 256), (2, 16)])
+def test_decode_attention_writes_the_rows_new_keys(gb, dtype, G, D):
+    """kv_write then decode attention of the same rows: the attention writes the new K/V itself (the
+    block owning each row's position); cache bits and outputs equal numpy's, over several chunk
+    groups (the two-level merge)."""
+    rng = np.random.default_rng(D + G)
+    pt, kvh = 16, 2
+    pos = np.array([0, 63, 64, 1023, 1024, 2999, 5000], np.int32)
+    width = -(-5001 // pt)
+    pages = len(pos) * width + 1
+    nc, gc = caches(gb, dtype, pages, pt, kvh, D)
+    fill_same(nc, gc, rng, dtype)
+    perm = rng.permutation(pages - 1)
+    tables = np.stack([perm[i * width:(i + 1) * width] for i in range(len(pos))]).astype(np.int32)
+    k = rng.normal(0, 1, (len(pos), kvh, D)).astype(np.float32)
+    v = rng.normal(0, 1, (len(pos), kvh, D)).astype(np.float32)
+    q = rng.normal(0, 1, (len(pos), kvh * G, D)).astype(np.float32)
+    NB.kv_write(nc, 0, k, v, tables, pos)
+    ref = NB.attention(q, nc, 0, tables, pos)
+    tab_d, pos_d = gb.asarray(tables), gb.asarray(pos)
+    gb.kv_write(gc, 0, gb.asarray(k), gb.asarray(v), tab_d, pos_d)
+    out = gb.to_host(gb.attention(gb.asarray(q), gc, 0, tab_d, pos_d))
+    for store in ("k", "v") + (("k_scale", "v_scale") if dtype == "fp8" else ()):
+        assert np.array_equal(gb.to_host(getattr(gc, store)[0]), getattr(nc, store)[0]), store
+    for i in range(len(pos)):
+        assert rel(out[i], ref[i]) < 2e-5, (i, pos[i], rel(out[i], ref[i]))
+    # the same rows again (counters reset, keys already written) give the same bits
+    again = gb.to_host(gb.attention(gb.asarray(q), gc, 0, tab_d, pos_d))
     assert np.array_equal(again, out)
 
 

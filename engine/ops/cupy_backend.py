@@ -4,13 +4,14 @@ Same models, KV store and scheduler as the numpy reference. What differs is insi
 
 - Weights. Affine 4- and 8-bit weights stay quantized on the device, repacked once into the tile
   layout of the tensor-core GEMV (`QWeight`); dense weights become float32 (`DenseWeight`).
-- Lazy per-head ops. `rope` (and an RMSNorm over the head dim) return a `_Heads` that the KV
-  write and the attention kernels apply as they load the heads; `silu_mul` returns a `_SiluMul`
-  that the next `linear` computes as it loads its input. Any other consumer materialises them
-  (`_m`), with the same arithmetic. This saves three launches a layer.
-- Exactness (DESIGN §4). One kernel per op for every row count: the GEMV computes every row with
-  the same arithmetic (its K split depends on the weight shape only) and reads each weight once
-  for all rows; decode attention splits keys at absolute 256-position chunks merged in chunk order;
+- Lazy ops. `rope` (and an RMSNorm over the head dim) return a `_Heads` that the KV write and the
+  attention kernels apply as they load the heads; `rmsnorm` / `add_rmsnorm` of rows return a
+  `_Normed` and `silu_mul` a `_SiluMul` that the next `linear` computes as it stages its input
+  (qmv modes 2 and 1). Any other consumer materialises them (`_m`). This saves four launches a
+  layer.
+- Exactness. One kernel per op for every row count: the GEMV computes every row with the same
+  arithmetic (its K segments depend on the weight shape only) and reads each weight once for all
+  rows; decode attention splits keys at absolute 256-position chunks merged in chunk order;
   prompt chunks use the same GEMV, so no GEMM ever mixes rows. KV bits match `encode_kv`.
 - CUDA graphs. `decode_step` (called by the scheduler) pads a decode batch to the next power of two
   with rows that write to the scheduler's scratch page, copies tokens, positions, lanes and page
@@ -43,16 +44,12 @@ from .cupy_qwen3_5 import Qwen35Ops, prepare_experts  # Gated DeltaNet, gated RM
 
 GIB = 1 << 30
 MAX_GRAPH_ROWS = 256  # larger decode batches run eagerly
-# SiLU fused into the down projection's input load costs more than it saves: every block of the
-# product recomputes it (llama3-8b down: 68 us fused vs 35 us + ~3 us for the separate kernel on the
-# H200). The fused path stays tested and bit-identical; off by default.
-FUSE_SILU = False
 _SCALE_TYPES = {"float16": 0, "bfloat16": 1, "float32": 2}
 
 
 # --- weights ----------------------------------------------------------------------------------
 class QWeight:
-    """Affine-quantized [M, K] weight in qgemv's tile layout (see kernels/gemv.cu)."""
+    """Affine-quantized [M, K] weight in qmv's tile layout (see kernels/gemv.cu)."""
 
     def __init__(self, w: Affine):
         if w.packed.ndim != 2:
@@ -177,10 +174,55 @@ class _SiluMul(_Lazy):
         return self._out
 
 
+class _Normed(_Lazy):
+    """rmsnorm(x [+ res]) * w of [n, H] rows, pending: a quantized `linear` stages it as its input
+    (the norm's divisor applied to the product's rows). h = x + res, the next residual, is written by
+    the first such product or by materialising."""
+
+    def __init__(self, backend, x, res, w, eps: float):
+        self.b, self.x, self.res, self.w, self.eps = backend, x, res, w, float(eps)
+        self.shape, self.dtype, self.ndim = x.shape, x.dtype, 2
+        self.h = x if res is None else cupy.empty(x.shape, cupy.float32)
+        self.h_ready = res is None
+        self._out = None
+
+    def materialize(self):
+        if self._out is None:
+            n, H = self.shape
+            y = cupy.empty((n, H), cupy.float32)
+            if n:
+                x, r = self.x, self.res
+                K.rmsnorm(x, x.strides[0] // 4, r, 0 if r is None else r.strides[0] // 4, self.w, y,
+                          None if r is None else self.h, H, self.eps, n)
+            self.h_ready, self._out = True, y
+        return self._out
+
+    def residual(self):
+        if not self.h_ready:
+            self.materialize()
+        return self.h
+
+
+class _Residual(_Lazy):
+    """The h = x + res of an `add_rmsnorm`, as soon as something has written it."""
+
+    def __init__(self, normed: _Normed):
+        self.n = normed
+        self.shape, self.dtype, self.ndim = normed.shape, normed.dtype, 2
+
+    def materialize(self):
+        return self.n.residual()
+
+
 def _unit_rows(a, ndim: int) -> bool:
     """A float32 view whose last axis is contiguous and whose other strides are whole elements."""
     return (a.ndim == ndim and a.dtype == cupy.float32 and a.strides[-1] == 4
             and all(s % 4 == 0 and s >= 0 for s in a.strides))
+
+
+def _aligned_rows(a) -> bool:
+    """Rows the kernels may read 16 bytes at a time."""
+    return _unit_rows(a, 2) and (a.strides[0] // 4) % 4 == 0 and a.data.ptr % 16 == 0
 
 
 class _GraphEntry:
@@ -212,9 +254,9 @@ class CupyBackend(Qwen35Ops):
         self._use()
         self._graph_pool = cupy.cuda.MemoryPool()
         self._graphs: dict[int, dict] = {}
-        self._counters = cupy.zeros(1 << 16, cupy.int32)  # decode attention: rows x kv heads
         self._inv: dict[tuple, object] = {}
         self._uploads: list[tuple] = []
+        self._pending_kv = None  # (cache, layer, k, v, tables, positions) of a deferred kv_write
         self.graphs = True
         self.graph_failures: list[str] = []
 
@@ -270,6 +312,7 @@ class CupyBackend(Qwen35Ops):
 
     def to_host(self, a) -> np.ndarray:
         self._use()
+        self._flush_kv()
         if isinstance(a, _Lazy):
             a = a.materialize()
         if isinstance(a, cupy.ndarray):
@@ -282,6 +325,7 @@ class CupyBackend(Qwen35Ops):
 
     def synchronize(self) -> None:
         self._use()
+        self._flush_kv()
         self.stream.synchronize()
 
     # --- helpers --------------------------------------------------------------------------
@@ -313,7 +357,7 @@ class CupyBackend(Qwen35Ops):
         x = self._m(x)
         if not isinstance(x, cupy.ndarray):
             x = cupy.asarray(x, dtype=cupy.float32)
-        if not (_unit_rows(x, 2) and (x.strides[0] // 4) % 4 == 0 and x.data.ptr % 16 == 0):
+        if not _aligned_rows(x):
             x = cupy.ascontiguousarray(x, dtype=cupy.float32)
         return x
 
@@ -348,6 +392,8 @@ class CupyBackend(Qwen35Ops):
                 and x.shape[-1] <= 256):
             return _Heads(self, x, norm=w, eps=float(eps))
         x = self._m(x)
+        if x.ndim == 2:
+            return _Normed(self, self._rows2d(x), None, w, eps)
         shape = x.shape
         x2 = self._rows2d(x.reshape(-1, shape[-1]))
         y = cupy.empty(x2.shape, cupy.float32)
@@ -356,14 +402,10 @@ class CupyBackend(Qwen35Ops):
         return y.reshape(shape)
 
     def add_rmsnorm(self, x, residual, w, eps: float):
+        """(rmsnorm(x + residual) * w, x + residual), both pending until a product or an op needs them."""
         self._use()
-        x, r = self._rows2d(x), self._rows2d(residual)
-        n, H = x.shape
-        y = cupy.empty((n, H), cupy.float32)
-        h = cupy.empty((n, H), cupy.float32)
-        if n:
-            K.rmsnorm(x, x.strides[0] // 4, r, r.strides[0] // 4, w, y, h, H, eps, n)
-        return y, h
+        normed = _Normed(self, self._rows2d(x), self._rows2d(residual), w, eps)
+        return normed, _Residual(normed)
 
     def silu_mul(self, gate, up):
         g, u = self._m(gate), self._m(up)
@@ -404,27 +446,42 @@ class CupyBackend(Qwen35Ops):
     # --- matrix products -------------------------------------------------------------------------
     def linear(self, x, w, pad_to: int = 0):
         """x [n, in] @ w^T. Every row has the same arithmetic whatever n is, so a prompt chunk needs
-        no padding to `pad_to` rows: its rows come out as they would in any other batch."""
+        no padding to `pad_to` rows: its rows come out as they would in any other batch. A pending
+        RMSNorm or SiLU-gate input is computed by the product as it stages its input."""
         self._use()
-        xm, x2 = 0, None
-        if isinstance(x, _SiluMul):
-            g, u = x.g, x.u
-            aligned = all((a.strides[0] // 4) % 4 == 0 and a.data.ptr % 16 == 0 for a in (g, u))
-            if FUSE_SILU and aligned and g.strides == u.strides:
-                x, x2, xm = g, u, 1
-            else:
-                x = x.materialize()  # the same values, bit for bit (tests/test_kernels.py)
-        if xm == 0:
-            x = self._rows2d(x)
+        if isinstance(w, QWeight):
+            return self._qlinear(x, w)
+        x = self._rows2d(x)
         n = x.shape[0]
         y = cupy.empty((n, w.M), cupy.float32)
-        if n == 0:
+        if n:
+            K.dense_gemv(w.w, w.M, w.K, x, None, x.strides[0] // 4, 0, y, n)
+        return y
+
+    def _qlinear(self, x, w: "QWeight"):
+        if isinstance(x, _Normed) and x.w.shape == (w.K,) and x.w.dtype == cupy.float32:
+            n = x.shape[0]
+            y = cupy.empty((n, w.M), cupy.float32)
+            if n:
+                res = x.res
+                hout = None if x.h_ready else x.h
+                K.qmv(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, x.x, x.x.strides[0] // 4, y, n, xm=2,
+                      x2=res, ldx2=0 if res is None else res.strides[0] // 4, nw=x.w, eps=x.eps, hout=hout,
+                      ldh=w.K)
+                x.h_ready = True
             return y
-        ldx = x.strides[0] // 4
-        if isinstance(w, QWeight):
-            K.qgemv(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, x, x2, ldx, xm, y, n)
-        else:
-            K.dense_gemv(w.w, w.M, w.K, x, x2, ldx, xm, y, n)
+        if isinstance(x, _SiluMul) and all(_aligned_rows(a) for a in (x.g, x.u)):
+            n = x.shape[0]
+            y = cupy.empty((n, w.M), cupy.float32)
+            if n:
+                K.qmv(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, x.g, x.g.strides[0] // 4, y, n, xm=1,
+                      x2=x.u, ldx2=x.u.strides[0] // 4)
+            return y
+        x = self._rows2d(x)
+        n = x.shape[0]
+        y = cupy.empty((n, w.M), cupy.float32)
+        if n:
+            K.qmv(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, x, x.strides[0] // 4, y, n)
         return y
 
     def concat(self, parts: list) -> "cupy.ndarray":
@@ -433,6 +490,16 @@ class CupyBackend(Qwen35Ops):
 
     # --- attention ---------------------------------------------------------------------------------
     def kv_write(self, cache: KVCache, layer: int, k, v, tables, positions) -> None:
+        """Deferred: the decode attention of the same layer and rows writes them as it runs (the block
+        that owns each row's position); anything else that reads the cache first writes them here."""
+        self._flush_kv()
+        self._pending_kv = (cache, layer, k, v, tables, positions)
+
+    def _flush_kv(self) -> None:
+        if self._pending_kv is None:
+            return
+        cache, layer, k, v, tables, positions = self._pending_kv
+        self._pending_kv = None
         self._use()
         kb, ks0, ks1, knw, keps, _kpos, inv, half = self._heads(k)
         vb, vs0, vs1, *_ = self._heads(self._m(v))
@@ -446,8 +513,20 @@ class CupyBackend(Qwen35Ops):
                    cache.k[layer], cache.v[layer], cache.k_scale[layer] if fp8 else None,
                    cache.v_scale[layer] if fp8 else None, n)
 
+    def _take_kv(self, cache, layer: int, tables, positions):
+        """The pending K/V write of exactly these rows of this layer, handed to the decode attention."""
+        p = self._pending_kv
+        if p is not None and p[0] is cache and p[1] == layer and p[4] is tables and p[5] is positions:
+            self._pending_kv = None
+            return p
+        self._flush_kv()
+        return None
+
     def attention(self, q, cache: KVCache, layer: int, tables, positions, prompt: bool = False):
         self._use()
+        pend = None if prompt else self._take_kv(cache, layer, tables, positions)
+        if prompt:
+            self._flush_kv()
         qb, qs0, qs1, qnw, qeps, _qpos, inv, half = self._heads(q)
         n, H, D = qb.shape
         KH = cache.k[layer].shape[2]
@@ -455,8 +534,7 @@ class CupyBackend(Qwen35Ops):
         out = cupy.empty((n, H, D), cupy.float32)
         if n == 0:
             return out
-        if (G > 16 or D > 256 or D % 16 or G * D > 4096
-                or K.decode_tiles(cache.dtype == "fp8", G, D)[1] > 48 * 1024):
+        if G > 16 or D > 256 or D % 16 or G * D > 4096 or K.decode_smem(cache.dtype == "fp8", G, D) > 96 * 1024:
             raise BackendError(f"attention of {H} heads over {KH} kv heads of dim {D} is beyond the kernels")
         pos = self._dev_i32(positions)  # lengths, and the RoPE positions of a lazy q (the same rows)
         tab = self._dev_i32(tables)
@@ -467,13 +545,23 @@ class CupyBackend(Qwen35Ops):
         if prompt:
             K.attn_prompt(fp8, qb, qs0, qs1, qnw, qeps, inv, half, pos, tab, cache.page_tokens, cache.k[layer],
                           cache.v[layer], ksc, vsc, KH, G, D, scale, out, n)
-        else:
-            nch = K.decode_chunks(tab.shape[1], cache.page_tokens)
-            if n * KH > self._counters.size:
-                raise BackendError(f"{n} decode rows x {KH} kv heads is beyond the attention counters")
-            part = cupy.empty(n * H * nch * (D + 2), cupy.float32)
-            K.attn_decode(fp8, qb, qs0, qs1, qnw, qeps, inv, half, pos, tab, cache.page_tokens, cache.k[layer],
-                          cache.v[layer], ksc, vsc, KH, G, D, scale, part, nch, self._counters, out, n)
+            return out
+        kn = vn = knw = None
+        ks0 = ks1 = vs0 = vs1 = 0
+        keps = 0.0
+        if pend is not None:
+            kn, ks0, ks1, knw, keps, _kpos, kinv, khalf = self._heads(pend[2])
+            vn, vs0, vs1, *_ = self._heads(self._m(pend[3]))
+            if (kinv is None) != (inv is None) or kn.shape[1] != KH or kn.shape[2] != D:
+                self._pending_kv = pend  # a layout the fused write does not take: write it apart
+                self._flush_kv()
+                kn = vn = knw = None
+            elif kinv is not None and (kinv is not inv or khalf != half):
+                self._pending_kv = pend
+                self._flush_kv()
+                kn = vn = knw = None
+        K.attn_decode(fp8, qb, qs0, qs1, qnw, qeps, inv, half, kn, ks0, ks1, knw, keps, vn, vs0, vs1, pos, tab,
+                      cache.page_tokens, cache.k[layer], cache.v[layer], ksc, vsc, KH, G, D, scale, out, n)
         return out
 
     # --- heads ---------------------------------------------------------------------------------------
