@@ -10,6 +10,7 @@ import numpy as np
 
 from .config import FULL, LINEAR, ModelConfig
 from .errors import ModelError
+from .tokenizer import clean_text
 from .weights import Affine, Model, quantize
 
 SHAPES: dict[str, dict] = {
@@ -62,7 +63,7 @@ class ByteTokenizer:
         self.bos_id, self.eos_ids, self.vocab_size = 1, {2}, vocab
 
     def encode(self, text: str, add_special: bool = False) -> list[int]:
-        return [16 + b for b in text.encode()]
+        return [16 + b for b in clean_text(text).encode()]
 
     def decode(self, ids: list[int]) -> str:
         return bytes(i - 16 for i in ids if 16 <= i < 272).decode(errors="replace")
