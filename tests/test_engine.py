@@ -3,7 +3,8 @@ import threading
 
 import pytest
 
-from engine import Engine, EngineSettings, Finished, LanechatError, RequestError, SamplingParams, Started, Token
+from engine import (Engine, EngineSettings, Failed, Finished, LanechatError, PlanError, SamplingParams, Started,
+                    Token)
 
 
 def settings(**kw):
@@ -40,8 +41,12 @@ def test_two_streams_run_and_one_is_cancelled():
 def test_bad_requests_and_models_say_why():
     eng = Engine(settings(context=32), log=lambda m: None)
     eng.start()
-    with pytest.raises(RequestError, match="does not fit"):
-        eng.submit([{"role": "user", "content": "x" * 100}])
+    got = []
+    done = threading.Event()
+    eng.submit([{"role": "user", "content": "x" * 100}], on_event=lambda e: (got.append(e), done.set()))
+    assert done.wait(30) and isinstance(got[0], Failed) and "does not fit" in got[0].message
+    with pytest.raises(PlanError, match="temperature"):
+        eng.submit([{"role": "user", "content": "x"}], SamplingParams(temperature=float("nan")))
     eng.shutdown()
     with pytest.raises(LanechatError, match="unknown synthetic model"):
         Engine(settings(model="synthetic:nope"), log=lambda m: None).start()
