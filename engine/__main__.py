@@ -100,7 +100,8 @@ def add_model(p: argparse.ArgumentParser) -> None:
 
 
 def add_kv(p: argparse.ArgumentParser, parallel: int = 1, context: int = 4096) -> None:
-    p.add_argument("--parallel", type=whole(1, MAX_PARALLEL), default=parallel, help="streams that may generate at once")
+    p.add_argument("--parallel", type=whole(1, MAX_PARALLEL), default=parallel,
+                   help="streams that may generate at once")
     p.add_argument("--context", type=whole(16, MAX_CONTEXT), default=context, help="tokens per stream")
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"])
     p.add_argument("--kv-pages", type=power_of_two(16, MAX_PAGE_TOKENS), metavar="PAGE_TOKENS",
@@ -148,7 +149,7 @@ def cmd_logits(a: argparse.Namespace) -> int:
     from .engine import Runner
     s = settings_from(a)
     runner = Runner(s, log=lambda m: print(m, file=sys.stderr))
-    ids = a.prompt_ids or runner.tokenizer.encode_chat([{"role": "user", "content": a.prompt}])
+    ids = a.prompt_ids or runner.tokenizer.encode_chat([{"role": "user", "content": a.prompt}], limit=s.context)
     if a.print_ids:
         print(",".join(map(str, ids)))
     seq = runner.sequence(0, s, None, SamplingParams(temperature=0), lambda e: None, ids)

@@ -5,7 +5,7 @@ but not from looping for hours (`{% for %}` over nested ranges), asking for giga
 (`' ' * 10**9`) or recursing until the interpreter gives up. So the engine never runs one itself:
 a small worker process (this file run as a script; it imports nothing of the engine) parses and
 renders with an address-space limit, and the caller waits at most LIMIT_S. A template that is too
-slow, too big or broken costs one line of error (`TemplateRefused`), never the engine; a worker
+slow, too big or broken costs one line of error (`ChatTemplateError`), never the engine; a worker
 that timed out or died is replaced on the next call.
 
 Protocol: one JSON line per request on the worker's stdin ({"template", "context"}; no context
@@ -27,12 +27,12 @@ from typing import Any
 
 LIMIT_S = 10.0  # per render or parse, wall clock
 MAX_TEMPLATE = 1 << 20  # characters of template source
-MAX_OUTPUT = 1 << 26  # characters of rendered prompt
-WORKER_MEMORY = 2 << 30  # the worker's address space, bytes
+MAX_OUTPUT = 1 << 24  # characters of rendered prompt
+WORKER_MEMORY = 1 << 30  # the worker's address space, bytes
 _CACHED = 8  # compiled templates the worker keeps
 
 
-class TemplateRefused(Exception):
+class ChatTemplateError(Exception):
     """A template that does not parse, fails, or exceeds a limit; the message is one line."""
 
 
@@ -166,33 +166,39 @@ class _Worker:
         with self._lock:
             self._stop()
 
+    def forget(self) -> None:
+        """In a forked child: the worker belongs to the parent; this process starts its own."""
+        self._lock = threading.Lock()
+        self._proc = None
+
 
 _worker = _Worker()
 atexit.register(_worker.close)
+os.register_at_fork(after_in_child=_worker.forget)
 
 
 def _call(source: str, context: dict | None, limit_s: float) -> str:
     if not isinstance(source, str):
-        raise TemplateRefused(f"must be text, not {type(source).__name__}")
+        raise ChatTemplateError(f"must be text, not {type(source).__name__}")
     if len(source) > MAX_TEMPLATE:
-        raise TemplateRefused(f"is longer than {MAX_TEMPLATE} characters")
+        raise ChatTemplateError(f"is longer than {MAX_TEMPLATE} characters")
     try:
         request = json.dumps({"template": source, "context": context}, ensure_ascii=True) + "\n"
     except (TypeError, ValueError, RecursionError) as e:
-        raise TemplateRefused(f"cannot be given these values ({one_line(e)})") from None
+        raise ChatTemplateError(f"cannot be given these values ({one_line(e)})") from None
     reply = _worker.call(request.encode("ascii"), limit_s)
     if "error" in reply:
-        raise TemplateRefused(reply["error"])
+        raise ChatTemplateError(reply["error"])
     return reply["text"]
 
 
 def check(source: str, limit_s: float = LIMIT_S) -> None:
-    """Parse a template; TemplateRefused says why it cannot be used."""
+    """Parse a template; ChatTemplateError says why it cannot be used."""
     _call(source, None, limit_s)
 
 
 def render(source: str, context: dict[str, Any], limit_s: float = LIMIT_S) -> str:
-    """The rendered text; TemplateRefused when the template fails or exceeds a limit.
+    """The rendered text; ChatTemplateError when the template fails or exceeds a limit.
     `context` must be JSON data (strings, numbers, lists, dicts), as chat messages are."""
     return _call(source, context, limit_s)
 

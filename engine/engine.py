@@ -73,15 +73,19 @@ class Runner:
                  resume: Snapshot | None = None, snapshot_at_end: bool = False) -> Sequence:
         """Tokenize and check a request before any work; RequestError when it cannot run."""
         params = (sampling or settings.sampling).validate()
-        if prompt_ids is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt_ids):
-            raise RequestError("prompt ids must be whole numbers")
         if resume is not None:
             ids = list(resume.tokens)
             prompt_len = resume.prompt_len
             if resume.kv_dtype != settings.kv_dtype:
                 raise RequestError(f"snapshot holds {resume.kv_dtype} KV, the engine runs {settings.kv_dtype}")
+        elif prompt_ids is not None:
+            if not isinstance(prompt_ids, (list, tuple)) or not all(
+                    isinstance(t, int) and not isinstance(t, bool) for t in prompt_ids):
+                raise RequestError("prompt ids must be a list of whole numbers")
+            ids = list(prompt_ids)
+            prompt_len = len(ids)
         else:
-            ids = list(prompt_ids) if prompt_ids is not None else self.tokenizer.encode_chat(check_messages(messages))
+            ids = self.tokenizer.encode_chat(check_messages(messages), limit=settings.context)
             prompt_len = len(ids)
         if not ids:
             raise RequestError("empty prompt")

@@ -15,7 +15,9 @@ import numpy as np
 
 MAX_BYTES = 16 << 20
 MAX_DEPTH = 64
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# unrolled ("normal* (special normal*)*"): a per-character alternation would make the regex engine
+# keep a backtracking entry per character, gigabytes for one long string
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _BRACKETS = bytes(range(256)).translate(None, b"[]{}")  # every byte that is not a bracket
 
 

@@ -44,13 +44,15 @@ class Tokenizer:
         vocab = tk.get_vocab(with_added_tokens=True)
         self.vocab_size: int = len(vocab)
         self.max_id: int = max(vocab.values(), default=-1)
+        # no token decodes to more characters than its vocabulary entry has (+1: a SentencePiece space)
+        self.max_token_chars: int = max(map(len, vocab), default=0) + 1
         self.eos_ids: set[int] = {int(i) for i in eos_ids}
         self.bos_id: int | None = bos_id
         self.has_chat_template = bool(chat_template)
         self.chat_template = chat_template or CHATML
         try:
             templates.check(self.chat_template)
-        except templates.TemplateRefused as e:
+        except templates.ChatTemplateError as e:
             raise ModelError(f"{source}: the chat template {e}") from None
         # the strings templates see as bos_token / eos_token
         self.bos_token = (self.id_to_token(bos_id) if bos_id is not None else None) or ""
@@ -112,12 +114,19 @@ class Tokenizer:
                "messages": messages, "add_generation_prompt": add_generation_prompt}
         try:
             return templates.render(self.chat_template, ctx)
-        except templates.TemplateRefused as e:
+        except templates.ChatTemplateError as e:
             raise ModelError(f"{self.source}: the chat template {e}") from None
 
-    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True, **extra: Any) -> list[int]:
+    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True, limit: int | None = None,
+                    **extra: Any) -> list[int]:
+        """The rendered chat as ids. With `limit` (the tokens a context can take), a text too long to
+        fit in that many tokens is refused before it is encoded: encoding costs memory per token."""
+        text = self.render_chat(messages, add_generation_prompt, **extra)
+        if limit is not None and len(text) > limit * self.max_token_chars:
+            raise RequestError(f"the conversation ({len(text)} characters) does not fit the context of {limit} tokens; "
+                               "shorten the conversation or raise the context in settings")
         # the rendered template carries its own BOS where the model wants one, as in transformers
-        return self.encode(self.render_chat(messages, add_generation_prompt, **extra), add_special=False)
+        return self.encode(text, add_special=False)
 
 
 class StreamDecoder:

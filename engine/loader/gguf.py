@@ -13,7 +13,8 @@ from gguf import GGMLQuantizationType as QT
 from gguf import GGUFReader, LlamaFileType
 from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers, processors
 
-from ..config import MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_POSITION, MAX_VOCAB, MAX_WIDTH, REQUIRED, Fields, ModelConfig
+from ..config import (MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_POSITION, MAX_VOCAB, MAX_WIDTH, REQUIRED, Fields,
+                      ModelConfig)
 from ..errors import ModelError
 from ..tokenizer import Tokenizer
 from ..weights import Affine, Model, Tensor
@@ -186,6 +187,8 @@ def _tensor(t: Any, path: Path) -> Tensor:
     shape = tuple(int(n) for n in reversed(t.shape))  # GGUF lists dimensions innermost first
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     kind = QT(t.tensor_type)
+    if not shape or not all(shape):
+        raise ModelError(f"{path}: tensor {t.name} has shape {list(shape)}")
     if kind in (QT.Q4_1, QT.Q8_0):
         block = 20 if kind == QT.Q4_1 else 34
         if len(shape) != 2 or shape[-1] % 32 or np.asarray(t.data).nbytes != rows * shape[-1] // 32 * block:
