@@ -60,3 +60,34 @@ def test_shutdown_cancels_in_flight_requests():
                got.append)
     eng.shutdown()
     assert isinstance(got[-1], Finished) and got[-1].reason == "shutdown"
+
+
+def test_the_engine_thread_renders_and_tokenizes_a_chat(tmp_path):
+    import ckpt
+    ckpt.write_hf(tmp_path, ckpt.tiny_llama_config(), chat_template="{{ raise_exception('no chats today') }}")
+    eng = Engine(settings(model=str(tmp_path)), log=lambda m: None)
+    eng.start()
+    got, done = [], threading.Event()
+
+    def on(e):
+        got.append((e, threading.current_thread().name))
+        done.set()
+    rid = eng.submit([{"role": "user", "content": "hi"}], on_event=on)  # returns before any rendering
+    assert done.wait(30)
+    (event, thread), = got
+    assert isinstance(event, Failed) and event.request_id == rid and thread == "lanechat-engine"
+    assert "the chat template failed (TemplateError: no chats today)" in event.message
+    eng.shutdown()
+
+
+@pytest.mark.parametrize("messages, words", [
+    ("hello", "messages must be a list"), ([{"role": "user", "content": 5}], "message 0 must be an object"),
+    ([{"role": "user"}], "message 0 must be an object"),
+])
+def test_malformed_messages_fail_their_request(messages, words):
+    eng = Engine(settings(), log=lambda m: None)
+    eng.start()
+    got, done = [], threading.Event()
+    eng.submit(messages, on_event=lambda e: (got.append(e), done.set()))
+    assert done.wait(30) and isinstance(got[0], Failed) and words in got[0].message
+    eng.shutdown()
