@@ -75,9 +75,7 @@ def timestamp(value: Any) -> str:
     if not isinstance(value, str) or len(value) > 64:
         return ""
     try:
-        t = datetime.fromisoformat(value)
-        t.astimezone()
-        (datetime.now(timezone.utc) - t.astimezone(timezone.utc)).days
+        datetime.fromisoformat(value).astimezone().astimezone(timezone.utc)
     except (ValueError, OverflowError, OSError):
         return ""
     return value

@@ -204,7 +204,7 @@ class Engine:
             seq = self.runner.sequence(rid, self.settings, messages, sampling, on_event, prompt_ids, resume,
                                        snapshot_at_end)
         except LanechatError as e:
-            guarded(on_event)(Failed(rid, str(e)))
+            guarded(on_event)(Failed(rid, str(e), e))
             return
         except Exception as e:  # a bug must cost this request, not the engine thread
             traceback.print_exc()

@@ -100,7 +100,8 @@ class Tokenizer:
         return self._tk.id_to_token(token_id)
 
     def token_to_id(self, token: str) -> int | None:
-        return self._tk.token_to_id(token)
+        # no vocabulary entry holds a lone surrogate (and the Rust side cannot take one)
+        return None if _SURROGATE.search(token) else self._tk.token_to_id(token)
 
     def stream(self, skip_special: bool = True) -> "StreamDecoder":
         return StreamDecoder(self, skip_special)
@@ -195,8 +196,8 @@ def _token_text(fields: Fields, key: str) -> str | None:
     value = fields.get(key)
     if isinstance(value, dict):
         value = value.get("content")
-    if value is not None and not isinstance(value, str):
-        raise fields.error(key, "a token string or {\"content\": string}", fields.get(key))
+    if value is not None and (not isinstance(value, str) or _SURROGATE.search(value)):
+        raise fields.error(key, "a token string (UTF-8) or {\"content\": string}", fields.get(key))
     return value
 
 

@@ -116,6 +116,12 @@ def app_start_case(rng: random.Random, folder: Path) -> Case:
                "splitter": "", "sidebar": rng.choice([True, "no"])}
     (home / "state").mkdir()
     (home / "state" / "session.json").write_text(json.dumps(session))
+    if rng.random() < 0.5:
+        settings = {"format_version": 1, "engine": {"model": None, "backend": "numpy", "parallel": 2, "context": 512,
+                                                   "memory_gib": None, "sampling": {"temperature": 0.7, "stop": []}}}
+        whats.append("settings.json " + ff.mutate_json_value(rng, settings))
+        (home / "config").mkdir()
+        (home / "config" / "settings.json").write_text(ff.dump(settings))
 
     def run() -> str:
         os.environ["LANECHAT_HOME"] = str(home)

@@ -3,8 +3,8 @@ import threading
 
 import pytest
 
-from engine import (Engine, EngineSettings, Failed, Finished, LanechatError, PlanError, SamplingParams, Started,
-                    Token)
+from engine import (Engine, EngineSettings, Failed, Finished, LanechatError, PlanError, RequestError, SamplingParams,
+                    Started, Token)
 
 
 def settings(**kw):
@@ -45,6 +45,7 @@ def test_bad_requests_and_models_say_why():
     done = threading.Event()
     eng.submit([{"role": "user", "content": "x" * 100}], on_event=lambda e: (got.append(e), done.set()))
     assert done.wait(30) and isinstance(got[0], Failed) and "does not fit" in got[0].message
+    assert isinstance(got[0].refusal, RequestError)
     with pytest.raises(PlanError, match="temperature"):
         eng.submit([{"role": "user", "content": "x"}], SamplingParams(temperature=float("nan")))
     eng.shutdown()

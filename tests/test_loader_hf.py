@@ -362,3 +362,11 @@ def test_shard_index_cannot_point_outside_the_folder(llama: Path, weight_map) ->
     (llama / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     with pytest.raises(ModelError, match="model.safetensors.index.json: "):
         load_model(llama)
+
+
+@pytest.mark.parametrize("key", ["eos_token", "bos_token"])
+def test_special_token_with_a_lone_surrogate(llama: Path, key: str) -> None:
+    path = llama / "tokenizer_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: "\ud800"}))
+    with pytest.raises(ModelError, match=f"tokenizer_config.json: field {key} must be a token string"):
+        load_model(llama)
