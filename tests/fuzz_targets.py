@@ -315,7 +315,7 @@ def cli_case(rng: random.Random, bases: dict, folder: Path, tiny: str) -> Case:
             "plan": ["plan", "--model", tiny, "--context", "256"],
             "bench": ["bench", "--synthetic", "tiny-llama", "--prompt-lengths", "8", "--streams", "1",
                       "--decode-tokens", "2", "--parallel", "1", "--context", "64"]}[cmd]
-    argv += ["--backend", "numpy"]
+    argv += [] if cmd == "plan" else ["--backend", "numpy"]
     allowed = {"generate": ["--memory-gib", "--prefill-chunk", "--parallel", "--context", "--kv-pages", "--temperature",
                             "--top-p", "--top-k", "--seed", "--max-tokens", "--prompt", "--system"],
                "logits": ["--prompt-ids", "--memory-gib", "--prefill-chunk", "--parallel", "--context", "--kv-pages"],
@@ -325,6 +325,12 @@ def cli_case(rng: random.Random, bases: dict, folder: Path, tiny: str) -> Case:
     r = rng.random()
     if r > 0.95:
         pass
+    elif cmd == "plan" and r < 0.3:  # a mutated Hugging Face config.json, read without any weights
+        key = rng.choice([k for k in bases if k.startswith(("hf/", "mlx/"))])
+        config = folder / "config.json"
+        shutil.copy(bases[key] / "config.json", config)
+        what = f"plan --config {key} " + _edit_json(rng, config, HF_FOCUS)
+        argv = ["plan", "--config", str(config), "--context", "256"]
     elif r < 0.7:
         flag = rng.choice(allowed)
         value = rng.choice(CLI_BAD[flag])
