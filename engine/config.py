@@ -133,7 +133,7 @@ class ModelConfig:
         model_type = top.str("model_type") or text.str("model_type")
         arch = HF_ARCHES.get(model_type or "")
         if arch is None:
-            raise ModelError(f"{source}: unknown architecture {model_type!r} (supported: {', '.join(ARCHES)})")
+            raise ModelError(f"{source}: unknown architecture {shown(model_type)} (supported: {', '.join(ARCHES)})")
         heads = text.int("num_attention_heads", lo=1, hi=MAX_HEADS)
         hidden = text.int("hidden_size", lo=1, hi=MAX_WIDTH)
         head_dim = text.int("head_dim", 0, hi=MAX_HEAD_DIM) or hidden // heads

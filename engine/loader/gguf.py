@@ -14,7 +14,7 @@ from gguf import GGUFReader, LlamaFileType
 from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers, processors
 
 from ..config import (MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_POSITION, MAX_VOCAB, MAX_WIDTH, REQUIRED, Fields,
-                      ModelConfig)
+                      ModelConfig, shown)
 from ..errors import ModelError
 from ..tokenizer import Tokenizer
 from ..weights import Affine, Model, Tensor
@@ -104,7 +104,7 @@ def config_from_metadata(meta: Mapping[str, Any], tensor_names: set[str], source
     top = Fields(meta, source, kind="metadata")
     arch = top.str("general.architecture")
     if arch not in ARCHES:
-        raise ModelError(f"{source}: GGUF architecture {arch!r} is not supported (supported: {', '.join(ARCHES)})")
+        raise ModelError(f"{source}: GGUF architecture {shown(arch)} is not supported (supported: {', '.join(ARCHES)})")
     m = Fields(meta, source, kind="metadata", scope=f"{arch}.")
     hidden, heads = m.int("embedding_length", lo=1, hi=MAX_WIDTH), m.int("attention.head_count", lo=1, hi=MAX_HEADS)
     head_dim = m.int("attention.key_length", 0, hi=MAX_HEAD_DIM) or hidden // heads
@@ -266,7 +266,7 @@ def _pre_tokenizer(pre: str, path: str) -> tuple[Any, Any]:
         seq = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         return (normalizers.NFC() if pre == "qwen2" else None), seq
     known = ", ".join((*_DIGITS_BYTELEVEL, "gpt-2", *_SPLIT_RE))
-    raise ModelError(f"{path}: tokenizer pre-tokenizer {pre!r} is not supported (supported: {known})")
+    raise ModelError(f"{path}: tokenizer pre-tokenizer {shown(pre)} is not supported (supported: {known})")
 
 
 def tokenizer(path: Path) -> Tokenizer:
@@ -278,7 +278,7 @@ def tokenizer_from_metadata(meta: Mapping[str, Any], source: str) -> Tokenizer:
     m = Fields(meta, source, kind="metadata", scope="tokenizer.")
     model = m.str("ggml.model")
     if model != "gpt2":
-        raise ModelError(f"{source}: tokenizer model {model!r} is not supported (only gpt2-style BPE)")
+        raise ModelError(f"{source}: tokenizer model {shown(model)} is not supported (only gpt2-style BPE)")
     tokens = _list(m, "ggml.tokens", str)
     if not tokens or len(tokens) > MAX_VOCAB:
         raise m.error("ggml.tokens", f"a list of 1..{MAX_VOCAB} strings", len(tokens))
