@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The GPU extra only where a driver answers; CuPy then needs a CUDA toolkit new enough for the GPU.
 GPU_EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo ",gpu")
 
-.PHONY: run test venv fetch-default install-desktop clean
+.PHONY: run test fuzz venv fetch-default install-desktop clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ run: fetch-default
 
 test: fetch-default
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+
+# Not part of `make test`: mutated inputs for FUZZ_SECONDS (default 600), niced, one case at a time.
+FUZZ_SECONDS ?= 600
+fuzz: $(STAMP)
+	nice -n 19 $(PY) tests/fuzz.py --seconds $(FUZZ_SECONDS) $(FUZZ_ARGS)
 
 install-desktop: $(STAMP)
 	bash packaging/install-desktop.sh

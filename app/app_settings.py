@@ -6,16 +6,16 @@ falls back to defaults with a notice instead of stopping the app.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import EngineSettings, LanechatError, paths
+from engine import EngineSettings, LanechatError, jsonfile, paths
 
-from .atomic import write_json_atomic
+from .atomic import leftovers, write_json_atomic
 
 FORMAT_VERSION = 1
+MAX_BYTES, MAX_DEPTH = 1 << 20, 8
 
 
 def settings_path() -> Path:
@@ -32,7 +32,7 @@ def load_settings() -> tuple[EngineSettings, str | None]:
     if not path.exists():
         return EngineSettings(), None
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = jsonfile.read(path, MAX_DEPTH, MAX_BYTES)
         return EngineSettings.from_dict(raw["engine"]).validate(), None
     except (OSError, ValueError, KeyError, TypeError, LanechatError) as e:
         return EngineSettings(), f"Settings in {path} could not be used ({e}); using the defaults."
@@ -52,17 +52,36 @@ class Session:
 
 
 def load_session() -> Session:
+    """The saved session; a field of the wrong type takes its default (a damaged session only costs
+    the tab layout: conversations are separate files)."""
     try:
-        raw: Any = json.loads(session_path().read_text(encoding="utf-8"))
-        known = {f.name for f in fields(Session)}
-        session = Session(**{k: v for k, v in raw.items() if k in known})
-        if not all(isinstance(t, str) for t in session.open_tabs):
-            return Session()
-        return session
-    except (OSError, ValueError, TypeError, AttributeError):
-        # A missing or damaged session only costs the tab layout; conversations are separate files.
+        raw: Any = jsonfile.read(session_path(), MAX_DEPTH, MAX_BYTES)
+    except (OSError, ValueError):
         return Session()
+    if not isinstance(raw, dict):
+        return Session()
+    tabs, active = raw.get("open_tabs"), raw.get("active")
+    session = Session()
+    if isinstance(tabs, list):
+        session.open_tabs = [t for t in tabs if isinstance(t, str)]
+    if isinstance(active, int) and not isinstance(active, bool):
+        session.active = active
+    for name in ("geometry", "splitter"):  # base64 from Qt: ASCII or nothing
+        value = raw.get(name)
+        if isinstance(value, str) and value.isascii():
+            setattr(session, name, value)
+    if isinstance(raw.get("sidebar"), bool):
+        session.sidebar = raw["sidebar"]
+    return session
 
 
 def save_session(session: Session) -> None:
     write_json_atomic(session_path(), asdict(session))
+
+
+def remove_leftovers() -> None:
+    """Temp files of settings and session writes that a kill cut short: the old file still stands."""
+    for folder in (settings_path().parent, session_path().parent):
+        if folder.is_dir():
+            for tmp in leftovers(folder):
+                tmp.unlink(missing_ok=True)

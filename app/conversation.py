@@ -10,6 +10,7 @@ resumed conversation can skip recomputing its prompt.
 """
 from __future__ import annotations
 
+import math
 import re
 import secrets
 from dataclasses import asdict, dataclass, field
@@ -57,11 +58,40 @@ class Message:
 
     @classmethod
     def from_dict(cls, raw: Any) -> "Message":
+        """A message from its JSON form. Role and text are the message: without them FormatError;
+        any other field of the wrong type or out of range is dropped (left at its default)."""
         if not isinstance(raw, dict) or raw.get("role") not in ROLES or not isinstance(raw.get("text"), str):
             raise FormatError(f"bad message: {str(raw)[:80]}")
-        return cls(role=raw["role"], text=raw["text"], time=str(raw.get("time", "")),
-                   tokens=raw.get("tokens"), tok_s=raw.get("tok_s"),
-                   interrupted=bool(raw.get("interrupted", False)), error=raw.get("error"))
+        tokens, tok_s = raw.get("tokens"), raw.get("tok_s")
+        return cls(role=raw["role"], text=raw["text"], time=timestamp(raw.get("time")),
+                   tokens=tokens if _is_int(tokens) and 0 <= tokens < 1 << 53 else None,
+                   tok_s=float(tok_s) if _is_number(tok_s) and 0 <= tok_s < 1e9 else None,
+                   interrupted=raw.get("interrupted") is True,
+                   error=raw.get("error") if isinstance(raw.get("error"), str) else None)
+
+
+def timestamp(value: Any) -> str:
+    """An ISO 8601 time that every view can show (it converts to local time), or "" for anything else."""
+    if not isinstance(value, str) or len(value) > 64:
+        return ""
+    try:
+        datetime.fromisoformat(value).astimezone().astimezone(timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return ""
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, float) and math.isfinite(value)) or _is_int(value)
+
+
+def _text(raw: dict, key: str) -> str:
+    value = raw.get(key)
+    return value if isinstance(value, str) else ""
 
 
 @dataclass
@@ -100,24 +130,25 @@ class Conversation:
 
     @classmethod
     def from_dict(cls, raw: Any) -> "Conversation":
+        """Validate a file's JSON into typed fields, once: FormatError when it is not a conversation
+        (no id or messages, a message without role and text, a newer format); any other field of the
+        wrong type or out of range is dropped (left at its default), so no view sees a wrong type."""
         if not isinstance(raw, dict):
             raise FormatError("not a JSON object")
         version = raw.get("format_version")
-        if not isinstance(version, int):
+        if not _is_int(version):
             raise FormatError("no format_version")
         if version > FORMAT_VERSION:
             raise FormatError(f"format_version {version} is newer than this Lanechat reads ({FORMAT_VERSION})")
         if not isinstance(raw.get("id"), str) or not isinstance(raw.get("messages"), list):
             raise FormatError("missing id or messages")
-        settings = raw.get("settings") or {}
-        if not isinstance(settings, dict):
-            raise FormatError("settings is not an object")
-        return cls(id=raw["id"], title=str(raw.get("title", "")), created=str(raw.get("created", "")),
-                   updated=str(raw.get("updated", "")), model=str(raw.get("model", "")),
-                   settings=settings, system_prompt=str(raw.get("system_prompt", "")),
-                   draft=str(raw.get("draft", "")),
+        settings, snapshot = raw.get("settings"), raw.get("snapshot")
+        return cls(id=raw["id"], title=_text(raw, "title"), created=timestamp(raw.get("created")),
+                   updated=timestamp(raw.get("updated")), model=_text(raw, "model"),
+                   settings=settings if isinstance(settings, dict) else {},
+                   system_prompt=_text(raw, "system_prompt"), draft=_text(raw, "draft"),
                    messages=[Message.from_dict(m) for m in raw["messages"]],
-                   snapshot=raw.get("snapshot"))
+                   snapshot=snapshot if isinstance(snapshot, dict) else None)
 
     def to_markdown(self) -> str:
         parts = [f"# {self.title or 'Untitled conversation'}", ""]

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QApplication
 from engine import paths
 
 from . import APP_ID, APP_NAME, theme
-from .app_settings import load_settings
+from .app_settings import load_settings, remove_leftovers
 from .engine_bridge import EngineBridge
 from .resources import app_icon
 from .store import ConversationStore
@@ -24,10 +24,12 @@ from .window import MainWindow
 
 def create_window() -> MainWindow:
     """The window of the last session, wired to a stopped engine: call start_engine() next."""
+    remove_leftovers()
     settings, notice = load_settings()
     store = ConversationStore(paths.data_dir() / "conversations")
+    notices = store.recover() + ([notice] if notice else [])
     window = MainWindow(store, EngineBridge(), settings, icon=app_icon())
-    window.restore([notice] if notice else [])
+    window.restore(notices)
     return window
 
 

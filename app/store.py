@@ -1,19 +1,27 @@
 """Conversation files: one JSON each under <data dir>/conversations/, written atomically.
 
-A file that cannot be read (corrupt, or from a newer Lanechat) is moved into `set-aside/` with a
-notice, so one bad file never blocks the others and is never overwritten.
+A file that cannot be read (corrupt, too large or deep, or from a newer Lanechat) is moved into
+`set-aside/` with a notice, so one bad file never blocks the others and is never overwritten.
+`recover` runs at start: a write that a kill cut short leaves its temp file, which may hold the
+newest turn.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
 
-from .atomic import write_atomic, write_json_atomic
-from .conversation import Conversation, FormatError
+from engine import jsonfile
+
+from .atomic import leftovers, write_atomic, write_json_atomic
+from .conversation import Conversation, FormatError, Message
 
 _ID = re.compile(r"[A-Za-z0-9_.-]+")
+_TEMP = re.compile(r"\.(.+)\.json\.[^.]+\.tmp")  # write_atomic's temp name for <id>.json
+MAX_FILE_BYTES = 256 << 20
+MAX_DEPTH = 16  # a conversation nests 4 deep; settings and snapshot a few more
 
 
 class ConversationStore:
@@ -64,12 +72,49 @@ class ConversationStore:
     def export_markdown(self, conv: Conversation, dest: Path) -> None:
         write_atomic(dest, conv.to_markdown().encode("utf-8"))
 
+    def recover(self, min_age_s: float = 2.0) -> list[str]:
+        """Settle the temp files that killed writes left (see app.atomic). One that reads as a
+        conversation whose messages extend the saved file's (the saved ones are its first messages,
+        the last of them perhaps an assistant reply that was still growing) becomes the file: it
+        holds what the user wrote last. Every other one is removed. Returns a notice for each saved
+        file that turned out unreadable (and was set aside)."""
+        found: dict[str, list[tuple[Conversation, Path]]] = {}
+        for tmp in leftovers(self.root, min_age_s):
+            m = _TEMP.fullmatch(tmp.name)
+            conv = self._parse(tmp) if m and _ID.fullmatch(m[1]) and not m[1].startswith(".") else None
+            if conv is None:
+                tmp.unlink(missing_ok=True)
+            else:
+                found.setdefault(m[1], []).append((conv, tmp))
+        notices = []
+        for cid, candidates in found.items():
+            saved: list[Message] = []
+            if self.exists(cid):
+                try:
+                    saved = self._read(self.path(cid)).messages
+                except FormatError as e:
+                    notices.append(str(e))
+            newer = [(c, t) for c, t in candidates if extends(c.messages, saved)]
+            best = max(newer, key=lambda ct: (len(ct[0].messages), len(ct[0].messages[-1].text)), default=None)
+            for conv, tmp in candidates:
+                if best is not None and tmp == best[1]:
+                    os.replace(tmp, self.path(cid))
+                else:
+                    tmp.unlink(missing_ok=True)
+        return notices
+
+    def _parse(self, path: Path) -> Conversation | None:
+        try:
+            return Conversation.from_dict(jsonfile.read(path, MAX_DEPTH, MAX_FILE_BYTES))
+        except (OSError, ValueError):
+            return None
+
     def _read(self, path: Path) -> Conversation:
         if not path.is_file():
             raise FormatError(f"Conversation {path.stem} no longer exists")
         try:
-            conv = Conversation.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, FormatError, TypeError, ValueError) as e:
+            conv = Conversation.from_dict(jsonfile.read(path, MAX_DEPTH, MAX_FILE_BYTES))
+        except (OSError, ValueError) as e:
             moved = self._set_aside(path)
             raise FormatError(f"Conversation file {path.name} could not be read ({_reason(e)}); "
                               f"it was moved to {moved}") from e
@@ -87,7 +132,21 @@ class ConversationStore:
         return dest
 
 
+def extends(new: list[Message], old: list[Message]) -> bool:
+    """Whether `new` is `old` and more: old's messages come first in it, equal, except that old's
+    last may be an assistant reply that grew; and something was added."""
+    if len(new) < len(old) or not new or new[:max(len(old) - 1, 0)] != old[:-1]:
+        return False
+    if not old:
+        return True
+    was, now = old[-1], new[len(old) - 1]
+    grew = was.role == now.role == "assistant" and now.text.startswith(was.text) and len(now.text) > len(was.text)
+    return (now == was and len(new) > len(old)) or grew
+
+
 def _reason(e: Exception) -> str:
     if isinstance(e, json.JSONDecodeError):
         return f"not valid JSON at line {e.lineno}"
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8 text at byte {e.start}"
     return str(e) or type(e).__name__

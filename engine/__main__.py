@@ -1,13 +1,97 @@
-"""The headless face of the engine: python -m engine generate|logits|plan|gates|bench|fetch-default|doctor."""
+"""The headless face of the engine: python -m engine generate|logits|plan|gates|bench|fetch-default|doctor.
+
+Every argument is checked by its argparse type, so bad input is one line `error: ...` and exit code 2
+before any work, like every other refusal.
+"""
 from __future__ import annotations
 
 import argparse
+import io
+import math
 import sys
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from .errors import LanechatError
-from .settings import EngineSettings, SamplingParams
+from .errors import LanechatError, RequestError
+from .settings import (MAX_CONTEXT, MAX_MEMORY_GIB, MAX_PAGE_TOKENS, MAX_PARALLEL, MAX_PREFILL_CHUNK,
+                       MAX_TEMPERATURE, MAX_TOKEN_ID, MAX_TOKENS, EngineSettings, SamplingParams)
+
+
+class UsageError(LanechatError):
+    """A command line argparse refuses."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog.removeprefix('python -m engine').strip() or 'usage'}: {message}")
+
+
+def whole(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}, got {text!r}")
+        return value
+    return parse
+
+
+def power_of_two(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = whole(low, high)(text)
+        if value & (value - 1):
+            raise argparse.ArgumentTypeError(f"must be a power of two from {low} to {high}, got {text!r}")
+        return value
+    return parse
+
+
+def number(low: float, high: float, open_low: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (value > low if open_low else value >= low) or not value <= high:
+            span = f"({low:g}, {high:g}]" if open_low else f"[{low:g}, {high:g}]"
+            raise argparse.ArgumentTypeError(f"must be a number in {span}, got {text!r}")
+        return value
+    return parse
+
+
+def whole_list(low: int, high: int) -> Callable[[str], list[int]]:
+    """'1,2,3' → [1, 2, 3]: at least one whole number, each in [low, high]."""
+    def parse(text: str) -> list[int]:
+        parts = [t.strip() for t in text.split(",") if t.strip()]
+        try:
+            values = [int(t) for t in parts]
+        except ValueError:
+            values = []
+        if not values or not all(low <= v <= high for v in values):
+            raise argparse.ArgumentTypeError(f"must be comma-separated whole numbers from {low} to {high}, "
+                                             f"got {text!r}")
+        return values
+    return parse
+
+
+def text_arg(text: str) -> str:
+    """Command-line text must be UTF-8 (Python hands undecodable bytes over as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise argparse.ArgumentTypeError(f"is not UTF-8 text (byte 0x{ord(text[e.start]) & 0xFF:02x} at "
+                                         f"character {e.start})") from None
+    return text
+
+
+def out_file(text: str) -> Path:
+    path = Path(text)
+    if path.is_dir() or not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file in an existing folder")
+    return path
 
 
 def add_model(p: argparse.ArgumentParser) -> None:
@@ -16,14 +100,16 @@ def add_model(p: argparse.ArgumentParser) -> None:
 
 
 def add_kv(p: argparse.ArgumentParser, parallel: int = 1, context: int = 4096) -> None:
-    p.add_argument("--parallel", type=int, default=parallel, help="streams that may generate at once")
-    p.add_argument("--context", type=int, default=context, help="tokens per stream")
+    p.add_argument("--parallel", type=whole(1, MAX_PARALLEL), default=parallel,
+                   help="streams that may generate at once")
+    p.add_argument("--context", type=whole(16, MAX_CONTEXT), default=context, help="tokens per stream")
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"])
-    p.add_argument("--kv-pages", type=int, metavar="PAGE_TOKENS",
+    p.add_argument("--kv-pages", type=power_of_two(16, MAX_PAGE_TOKENS), metavar="PAGE_TOKENS",
                    help="put the other streams on pool pages of this many tokens")
     p.add_argument("--kv-pages-all", action="store_true", help="the engine's own stream on pages too")
-    p.add_argument("--memory-gib", type=float, help="KV memory budget (default: a safe share of free memory)")
-    p.add_argument("--prefill-chunk", type=int, default=128)
+    p.add_argument("--memory-gib", type=number(0, MAX_MEMORY_GIB, open_low=True),
+                   help="KV memory budget (default: a safe share of free memory)")
+    p.add_argument("--prefill-chunk", type=power_of_two(1, MAX_PREFILL_CHUNK), default=128)
 
 
 def settings_from(a: argparse.Namespace) -> EngineSettings:
@@ -36,7 +122,7 @@ def settings_from(a: argparse.Namespace) -> EngineSettings:
 
 def cmd_generate(a: argparse.Namespace) -> int:
     from .engine import Runner, run_to_end
-    from .events import Token
+    from .events import Failed, Token
     s = settings_from(a)
     runner = Runner(s, log=lambda m: print(m, file=sys.stderr))
     sched = runner.scheduler(s)
@@ -49,8 +135,10 @@ def cmd_generate(a: argparse.Namespace) -> int:
             sys.stdout.write(e.text)
             sys.stdout.flush()
     seq = runner.sequence(1, s, msgs, sp, show)
-    done = run_to_end(sched, [seq])[1]
+    done = run_to_end(sched, [seq])[seq.id]
     print()
+    if isinstance(done, Failed):
+        raise RequestError(f"the reply failed: {done.message}")
     print(f"prompt: {done.prompt_tokens} tokens at {done.prompt_tps:.1f} tok/s; "
           f"decode: {done.tokens} tokens at {done.decode_tps:.1f} tok/s ({done.reason}; {runner.backend.device})",
           file=sys.stderr)
@@ -61,17 +149,25 @@ def cmd_logits(a: argparse.Namespace) -> int:
     from .engine import Runner
     s = settings_from(a)
     runner = Runner(s, log=lambda m: print(m, file=sys.stderr))
-    if a.prompt_ids:
-        ids = [int(t) for t in a.prompt_ids.split(",") if t.strip()]
-    else:
-        ids = runner.tokenizer.encode_chat([{"role": "user", "content": a.prompt}])
+    ids = a.prompt_ids or runner.tokenizer.encode_chat([{"role": "user", "content": a.prompt}], limit=s.context)
     if a.print_ids:
         print(",".join(map(str, ids)))
     seq = runner.sequence(0, s, None, SamplingParams(temperature=0), lambda e: None, ids)
     logits = runner.scheduler(s).prompt_logits(seq.tokens)
-    np.save(a.out, logits)
+    save_npy(a.out, logits)
     print(f"wrote {a.out}: {logits.shape[0]} logits, argmax {int(np.argmax(logits))}", file=sys.stderr)
     return 0
+
+
+def save_npy(path: Path, array: np.ndarray) -> None:
+    """np.save, but a full disk or a vanished folder is an error, not a silent short file."""
+    buf = io.BytesIO()
+    np.save(buf, array)
+    try:
+        with open(path, "wb") as f:
+            f.write(buf.getbuffer())
+    except OSError as e:
+        raise RequestError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
@@ -122,28 +218,29 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m engine", description="Lanechat's engine, headless")
+    ap = Parser(prog="python -m engine", description="Lanechat's engine, headless")
     sub = ap.add_subparsers(dest="cmd", required=True)
+    tokens = whole(1, MAX_TOKENS)
 
     g = sub.add_parser("generate", help="answer one prompt, streaming")
     add_model(g)
     add_kv(g)
-    g.add_argument("--prompt", required=True)
-    g.add_argument("--system")
-    g.add_argument("--max-tokens", type=int, default=256)
-    g.add_argument("--temperature", type=float, default=0.0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--prompt", required=True, type=text_arg)
+    g.add_argument("--system", type=text_arg)
+    g.add_argument("--max-tokens", type=tokens, default=256)
+    g.add_argument("--temperature", type=number(0, MAX_TEMPERATURE), default=0.0)
+    g.add_argument("--top-p", type=number(0, 1, open_low=True), default=1.0)
+    g.add_argument("--top-k", type=whole(0, MAX_TOKEN_ID), default=0)
+    g.add_argument("--seed", type=whole(0, (1 << 64) - 1), default=0)
     g.set_defaults(fn=cmd_generate)
 
     lg = sub.add_parser("logits", help="float32 logits of the last prompt position to a .npy file")
     add_model(lg)
     add_kv(lg)
     src = lg.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prompt")
-    src.add_argument("--prompt-ids")
-    lg.add_argument("--out", required=True)
+    src.add_argument("--prompt", type=text_arg)
+    src.add_argument("--prompt-ids", type=whole_list(0, MAX_TOKEN_ID - 1), metavar="ID,ID,...")
+    lg.add_argument("--out", required=True, type=out_file)
     lg.add_argument("--print-ids", action="store_true")
     lg.set_defaults(fn=cmd_logits)
 
@@ -157,8 +254,8 @@ def parser() -> argparse.ArgumentParser:
     gt = sub.add_parser("gates", help="the exactness gates (exit 0 only if every cell passes)")
     add_model(gt)
     gt.add_argument("--prompts", help="JSON list of conversations (each a list of {role, content})")
-    gt.add_argument("--max-tokens", type=int, default=24)
-    gt.add_argument("--context", type=int, default=1024)
+    gt.add_argument("--max-tokens", type=tokens, default=24)
+    gt.add_argument("--context", type=whole(16, MAX_CONTEXT), default=1024)
     gt.add_argument("--quick", action="store_true", help="fewer arms (tests)")
     gt.set_defaults(fn=cmd_gates)
 
@@ -166,9 +263,9 @@ def parser() -> argparse.ArgumentParser:
     add_model(b)
     add_kv(b, parallel=8, context=16384)
     b.add_argument("--synthetic", help="random weights of a real model's shapes (see engine/synthetic.py)")
-    b.add_argument("--prompt-lengths", default="2048,9216,15000")
-    b.add_argument("--streams", default="1,4,8")
-    b.add_argument("--decode-tokens", type=int, default=256)
+    b.add_argument("--prompt-lengths", type=whole_list(1, MAX_CONTEXT), default=[2048, 9216, 15000])
+    b.add_argument("--streams", type=whole_list(1, MAX_PARALLEL), default=[1, 4, 8])
+    b.add_argument("--decode-tokens", type=tokens, default=256)
     b.set_defaults(fn=cmd_bench)
 
     f = sub.add_parser("fetch-default", help="download the embedded default model (once)")
@@ -179,8 +276,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
     try:
+        a = parser().parse_args(argv)
         return a.fn(a)
     except LanechatError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -247,8 +247,7 @@ def main(a) -> int:
     s = EngineSettings(model=a.model, backend=a.backend, parallel=a.parallel, context=a.context,
                        kv_dtype=a.kv_dtype, paging=paging, page_tokens=a.kv_pages or 256, memory_gib=a.memory_gib,
                        prefill_chunk=getattr(a, "prefill_chunk", 128)).validate()
-    lengths = [int(x) for x in str(a.prompt_lengths).split(",") if x.strip()]
-    streams = [int(x) for x in str(a.streams).split(",") if x.strip()]
+    lengths, streams = list(a.prompt_lengths), list(a.streams)
     runner = build_runner(a, s, log)
     b, cfg = runner.backend, runner.loaded.config
     sched = runner.scheduler(s)

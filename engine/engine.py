@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .errors import LanechatError, RequestError
-from .events import Event, Finished
+from .events import Event, Failed, Finished
 from .models import build
 from .plan import Plan, make_plan
 from .scheduler import Scheduler, Sequence, Snapshot
@@ -78,8 +78,14 @@ class Runner:
             prompt_len = resume.prompt_len
             if resume.kv_dtype != settings.kv_dtype:
                 raise RequestError(f"snapshot holds {resume.kv_dtype} KV, the engine runs {settings.kv_dtype}")
+        elif prompt_ids is not None:
+            if not isinstance(prompt_ids, (list, tuple)) or not all(
+                    isinstance(t, int) and not isinstance(t, bool) for t in prompt_ids):
+                raise RequestError("prompt ids must be a list of whole numbers")
+            ids = list(prompt_ids)
+            prompt_len = len(ids)
         else:
-            ids = list(prompt_ids) if prompt_ids is not None else self.tokenizer.encode_chat(messages or [])
+            ids = self.tokenizer.encode_chat(check_messages(messages), limit=settings.context)
             prompt_len = len(ids)
         if not ids:
             raise RequestError("empty prompt")
@@ -92,6 +98,17 @@ class Runner:
         for t in ids[prompt_len:]:
             detok.push(t)  # a resumed stream's text so far primes the detokenizer
         return Sequence(rid, ids, prompt_len, params, guarded(on_event), detok, snapshot_at_end, resume)
+
+
+def check_messages(messages: object) -> list[dict]:
+    """A chat as the engine takes it: a list of {"role": str, "content": str} (other keys pass through
+    to the chat template); RequestError names the first message that is not one."""
+    if not isinstance(messages, list):
+        raise RequestError(f"messages must be a list, not {type(messages).__name__}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise RequestError(f"message {i} must be an object with a string role and string content")
+    return messages
 
 
 def guarded(on_event: Callable[[Event], None]) -> Callable[[Event], None]:
@@ -138,11 +155,14 @@ class Engine:
     def submit(self, messages: list[dict] | None, sampling: SamplingParams | None = None,
                on_event: Callable[[Event], None] = lambda e: None, prompt_ids: list[int] | None = None,
                resume: Snapshot | None = None, snapshot_at_end: bool = False) -> int:
+        """Queue a request and return its id at once. The sampling settings are checked here (PlanError);
+        the chat template, tokenizing and the prompt checks run on the engine thread, never the
+        caller's, and a request they refuse ends with a Failed event saying why."""
         if self.runner is None:
             raise RequestError("the engine is not running")
+        (sampling or self.settings.sampling).validate()
         rid = next(self._ids)
-        seq = self.runner.sequence(rid, self.settings, messages, sampling, on_event, prompt_ids, resume, snapshot_at_end)
-        self._inbox.put(("add", seq))
+        self._inbox.put(("add", rid, messages, sampling, on_event, prompt_ids, resume, snapshot_at_end))
         return rid
 
     def cancel(self, rid: int) -> None:
@@ -177,6 +197,21 @@ class Engine:
         self._ready.set()
         self._loop(sched)
 
+    def _add(self, sched: Scheduler, rid: int, messages: list[dict] | None, sampling: SamplingParams | None,
+             on_event: Callable[[Event], None], prompt_ids: list[int] | None, resume: Snapshot | None,
+             snapshot_at_end: bool) -> None:
+        try:
+            seq = self.runner.sequence(rid, self.settings, messages, sampling, on_event, prompt_ids, resume,
+                                       snapshot_at_end)
+        except LanechatError as e:
+            guarded(on_event)(Failed(rid, str(e), e))
+            return
+        except Exception as e:  # a bug must cost this request, not the engine thread
+            traceback.print_exc()
+            guarded(on_event)(Failed(rid, f"engine error: {type(e).__name__}: {e}"))
+            return
+        sched.add(seq)
+
     def _loop(self, sched: Scheduler) -> None:
         while True:
             try:
@@ -188,7 +223,7 @@ class Engine:
                     sched.cancel_all("shutdown")
                     return
                 if cmd[0] == "add":
-                    sched.add(cmd[1])
+                    self._add(sched, *cmd[1:])
                 elif cmd[0] == "cancel":
                     sched.cancel(cmd[1])
                 elif cmd[0] == "snapshot":
@@ -202,14 +237,15 @@ class Engine:
             self._usage = Usage(sched.lanes.pages_used(), sched.lanes.total_pages, len(sched.active), len(sched.waiting))
 
 
-def run_to_end(sched: Scheduler, seqs: list[Sequence]) -> dict[int, Finished]:
-    """Drive a scheduler on this thread until every sequence finished (CLI, gates, bench)."""
-    done: dict[int, Finished] = {}
+def run_to_end(sched: Scheduler, seqs: list[Sequence]) -> dict[int, Finished | Failed]:
+    """Drive a scheduler on this thread until every sequence ended (CLI, gates, bench): by request
+    id, its Finished event, or the Failed event of a stream that failed."""
+    done: dict[int, Finished | Failed] = {}
     for seq in seqs:
         inner = seq.on_event
 
         def on_event(e, inner=inner):
-            if isinstance(e, Finished):
+            if isinstance(e, (Finished, Failed)):
                 done[e.request_id] = e
             inner(e)
         seq.on_event = on_event

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import LanechatError
+
 
 @dataclass(frozen=True)
 class Queued:
@@ -48,6 +50,9 @@ class Finished:
 class Failed:
     request_id: int
     message: str
+    # Set when the engine refused the request before running it (Engine.submit checks the prompt on
+    # the engine thread); its class says why, e.g. RequestError for a prompt longer than the context.
+    refusal: LanechatError | None = None
 
 
 Event = Queued | Started | Token | Finished | Failed

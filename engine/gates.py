@@ -8,13 +8,13 @@ snapshotted, and continued on another lane). The reference is the contiguous arm
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 import time
 from dataclasses import replace
 
 import numpy as np
 
+from . import jsonfile
 from .engine import Runner, run_to_end
 from .errors import LanechatError
 from .settings import EngineSettings, SamplingParams
@@ -142,11 +142,12 @@ def load_chats(path: str | None) -> list[list[dict]]:
     if not path:
         return [[{"role": "user", "content": c}] for c in CHATS]
     try:
-        raw = json.loads(open(path).read())
+        raw = jsonfile.read(path)
     except (OSError, ValueError) as e:
         raise LanechatError(f"{path}: not a readable JSON prompt file ({e})") from None
     ok = isinstance(raw, list) and raw and all(
-        isinstance(c, list) and c and all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in c) for c in raw)
+        isinstance(c, list) and c and all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                          and isinstance(m.get("content"), str) for m in c) for c in raw)
     if not ok:
         raise LanechatError(f"{path}: expected a JSON list of conversations, each a list of {{role, content}}")
     return raw

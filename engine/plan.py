@@ -84,6 +84,11 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
             f"{source} is too small for {n} stream(s) of {s.context} tokens: one context needs "
             f"{gib(fixed + min_pool * page_bytes)}; lower context or parallel, use fp8 KV, or raise the memory budget")
     pool = min(need_pool, (budget - fixed) // page_bytes) if page_bytes else need_pool
+    if s.memory_gib is not None and free_bytes is not None and fixed + pool * page_bytes > free_bytes - weight_bytes:
+        # An explicit budget may exceed what this machine has; the pool is allocated next, so say it now.
+        raise PlanError(f"{source} asks for {gib(fixed + pool * page_bytes)} of KV memory, but only "
+                        f"{gib(max(0, free_bytes - weight_bytes))} is free; lower the memory budget, context or "
+                        f"parallel")
     p = Plan(line="", fits=True, mode=s.paging, parallel=n, context=s.context, page_tokens=P,
              page_bytes=page_bytes, window_pages=W, windows=windows, pool_pages=pool,
              state_bytes=state, kv_bytes=(windows * W + pool) * page_bytes, budget_bytes=budget)

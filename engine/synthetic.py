@@ -9,7 +9,8 @@ import codecs
 import numpy as np
 
 from .config import FULL, LINEAR, ModelConfig
-from .errors import ModelError
+from .errors import ModelError, RequestError
+from .tokenizer import clean_text
 from .weights import Affine, Model, quantize
 
 SHAPES: dict[str, dict] = {
@@ -60,9 +61,10 @@ class ByteTokenizer:
 
     def __init__(self, vocab: int):
         self.bos_id, self.eos_ids, self.vocab_size = 1, {2}, vocab
+        self.max_token_chars = 1  # a character is one to four byte tokens
 
     def encode(self, text: str, add_special: bool = False) -> list[int]:
-        return [16 + b for b in text.encode()]
+        return [16 + b for b in clean_text(text).encode()]
 
     def decode(self, ids: list[int]) -> str:
         return bytes(i - 16 for i in ids if 16 <= i < 272).decode(errors="replace")
@@ -71,8 +73,11 @@ class ByteTokenizer:
         text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
         return text + ("<assistant>" if add_generation_prompt else "")
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
-        return [self.bos_id] + self.encode(self.render_chat(messages))
+    def encode_chat(self, messages: list[dict], limit: int | None = None) -> list[int]:
+        text = self.render_chat(messages)
+        if limit is not None and len(text) > limit:
+            raise RequestError(f"the conversation ({len(text)} characters) does not fit the context of {limit} tokens")
+        return [self.bos_id] + self.encode(text)
 
     def stream(self):
         return _ByteStream(self)

@@ -1,7 +1,12 @@
 """Conversation data: titles, the history sent to the engine, JSON round trip, Markdown export."""
-import pytest
+import json
+import math
+from datetime import datetime
 
-from app.conversation import FORMAT_VERSION, Conversation, FormatError, Message, title_from
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from app.conversation import FORMAT_VERSION, Conversation, FormatError, Message, timestamp, title_from
 
 
 def test_title_is_the_first_line_cut_at_a_word():
@@ -64,3 +69,83 @@ def test_seed_zero_draws_a_fresh_seed_for_every_reply():
     seeds = {reply_sampling(SamplingParams(seed=0)).seed for _ in range(20)}
     assert len(seeds) > 15 and 0 not in seeds
     assert reply_sampling(SamplingParams(seed=42)).seed == 42
+
+
+# --- validation into typed fields --------------------------------------------------------------
+
+GOOD = {"format_version": 1, "id": "c", "title": "t", "created": "2025-01-01T00:00:00+00:00",
+        "updated": "2025-01-02T00:00:00+00:00", "model": "m", "settings": {"parallel": 2}, "system_prompt": "s",
+        "draft": "d", "snapshot": None,
+        "messages": [{"role": "user", "text": "q", "time": "2025-01-01T00:00:00+00:00"},
+                     {"role": "assistant", "text": "a", "time": "2025-01-01T00:00:01+00:00", "tokens": 3,
+                      "tok_s": 9.5, "interrupted": False, "error": None}]}
+ANY = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=30) \
+    | st.sampled_from(["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "2025-02-30", "\ud800"]) \
+    | st.lists(st.integers(), max_size=2) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+FIELDS = [(k,) for k in GOOD] + [("messages", i, k) for i in (0, 1) for k in
+                                 ("role", "text", "time", "tokens", "tok_s", "interrupted", "error")]
+
+
+def put(raw, path: tuple, value) -> None:
+    """Set raw[path] = value; a path inside a field an earlier change replaced does not apply."""
+    for k in path[:-1]:
+        if isinstance(raw, dict) and k in raw or isinstance(raw, list) and isinstance(k, int) and k < len(raw):
+            raw = raw[k]
+        else:
+            return
+    if isinstance(raw, dict) or isinstance(raw, list) and path[-1] < len(raw):
+        raw[path[-1]] = value
+
+
+def shown_everywhere(t: str) -> bool:
+    """What the views do with a timestamp: parse it, convert it to local time, count days."""
+    if t == "":
+        return True
+    d = datetime.fromisoformat(t).astimezone()
+    return (datetime.now().astimezone().date() - d.date()).days is not None
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(FIELDS), ANY), min_size=1, max_size=4))
+def test_a_loaded_conversation_has_typed_fields_or_is_refused(changes):
+    raw = json.loads(json.dumps(GOOD))
+    for path, value in changes:
+        put(raw, path, value)
+    try:
+        c = Conversation.from_dict(raw)
+    except FormatError:
+        return
+    for name in ("id", "title", "created", "updated", "model", "system_prompt", "draft"):
+        assert isinstance(getattr(c, name), str)
+    assert isinstance(c.settings, dict) and (c.snapshot is None or isinstance(c.snapshot, dict))
+    assert shown_everywhere(c.created) and shown_everywhere(c.updated)
+    for m in c.messages:
+        assert m.role in ("user", "assistant") and isinstance(m.text, str) and shown_everywhere(m.time)
+        assert m.tokens is None or (type(m.tokens) is int and m.tokens >= 0)
+        assert m.tok_s is None or (type(m.tok_s) is float and math.isfinite(m.tok_s))
+        assert type(m.interrupted) is bool and (m.error is None or isinstance(m.error, str))
+
+
+@pytest.mark.parametrize("field, value", [("error", 5), ("tok_s", "fast"), ("tok_s", float("inf")), ("tokens", -3),
+                                          ("tokens", True), ("time", "0001-01-01T00:00:00+14:00"),
+                                          ("time", "9999-12-31T23:59:59-14:00"), ("interrupted", "no")])
+def test_bad_message_fields_are_dropped(field, value):
+    raw = json.loads(json.dumps(GOOD))
+    raw["messages"][1][field] = value
+    m = Conversation.from_dict(raw).messages[1]
+    assert getattr(m, field) == {"error": None, "tok_s": None, "tokens": None, "time": "", "interrupted": False}[field]
+    assert m.text == "a"
+
+
+@pytest.mark.parametrize("field, value", [("created", [2025]), ("updated", "yesterday"), ("title", 7),
+                                          ("settings", "fast"), ("snapshot", [1]), ("system_prompt", None)])
+def test_bad_conversation_fields_are_dropped(field, value):
+    c = Conversation.from_dict({**GOOD, field: value})
+    assert getattr(c, field) == ({} if field == "settings" else None if field == "snapshot" else "")
+    assert [m.text for m in c.messages] == ["q", "a"]
+
+
+def test_timestamps():
+    assert timestamp("2025-01-01T00:00:00+00:00") == "2025-01-01T00:00:00+00:00"
+    for bad in ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", 5, None, "x" * 100, "2025-13-01"):
+        assert timestamp(bad) == ""

@@ -1,10 +1,13 @@
 """Conversation files: atomic writes, listing, bad files set aside, deletion with the sidecar."""
+import fcntl
 import json
 import os
+import signal
+import time
 
 import pytest
 
-from app.atomic import write_atomic
+from app.atomic import json_bytes, leftovers, write_atomic
 from app.conversation import FORMAT_VERSION, Conversation, FormatError, Message
 from app.store import ConversationStore
 
@@ -98,3 +101,113 @@ def test_export_markdown(store, tmp_path):
     c = _conv("Hello", "2025-01-01T00:00:00+00:00")
     store.export_markdown(c, tmp_path / "out.md")
     assert (tmp_path / "out.md").read_text().startswith("# Hello")
+
+
+# --- bad files, lone surrogates, leftovers of killed writes -------------------------------------
+
+@pytest.mark.parametrize("content", ["[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "1" + "}" * 100_000])
+def test_deep_json_is_set_aside_not_a_recursion_error(store, content):
+    (store.root / "deep.json").write_text(content)
+    convs, notices = store.load_all()
+    assert convs == [] and "deep.json" in notices[0] and "nested more than" in notices[0]
+    assert (store.aside / "deep.json").exists()
+
+
+def test_lone_surrogates_are_saved_escaped_and_read_back(store):
+    c = _conv("x", "2025-01-01T00:00:00+00:00")
+    c.add(Message("assistant", "half \ud800 of a pair, \udcff from a file name"))
+    c.system_prompt = "\udfff"
+    store.save(c)
+    raw = store.path(c.id).read_bytes()
+    assert b"\\ud800" in raw and b"\\udcff" in raw and "é".encode() not in raw
+    assert store.load(c.id) == c
+    c.messages[0].text = "café"  # other text stays readable UTF-8
+    store.save(c)
+    assert "café".encode() in store.path(c.id).read_bytes()
+    assert json.loads(json_bytes({"t": "\ud83d\ude00"})) == {"t": "😀"}  # a pair's halves join
+
+
+def _temp(store, cid: str, conv: Conversation | bytes, n: int = 0):
+    path = store.root / f".{cid}.json.t{n}q.tmp"
+    path.write_bytes(conv if isinstance(conv, bytes) else json_bytes(conv.to_dict()))
+    return path
+
+
+def test_a_temp_file_that_extends_the_saved_file_replaces_it(store):
+    c = _conv("first", "2025-01-01T00:00:00+00:00")
+    store.save(c)
+    newer = Conversation.from_dict(c.to_dict())
+    newer.add(Message("assistant", "the reply"))
+    newer.add(Message("user", "the newest question, written just before the kill"))
+    _temp(store, c.id, newer)
+    assert store.recover(min_age_s=0) == []
+    assert [m.text for m in store.load(c.id).messages] == ["first", "the reply", "the newest question, written just "
+                                                                                "before the kill"]
+    assert list(store.root.glob(".*.tmp")) == []
+
+
+def test_a_growing_reply_counts_as_an_extension(store):
+    c = _conv("q", "2025-01-01T00:00:00+00:00")
+    c.add(Message("assistant", "partial", interrupted=True))
+    store.save(c)
+    grown = Conversation.from_dict(c.to_dict())
+    grown.messages[-1].text = "partial and more"
+    _temp(store, c.id, grown)
+    store.recover(min_age_s=0)
+    assert store.load(c.id).messages[-1].text == "partial and more"
+
+
+def test_every_other_temp_file_is_removed(store):
+    c = _conv("one", "2025-01-01T00:00:00+00:00")
+    c.add(Message("assistant", "two"))
+    store.save(c)
+    older = Conversation.from_dict(c.to_dict())
+    del older.messages[-1]
+    other = _conv("something else", "2025-01-01T00:00:00+00:00")
+    same = Conversation.from_dict(c.to_dict())
+    for n, t in enumerate([older.to_dict(), other.to_dict(), same.to_dict()]):
+        _temp(store, c.id, Conversation.from_dict(t), n)
+    _temp(store, c.id, b"{half a wri", 7)
+    (store.root / ".settings.json.abc.tmp").write_bytes(b"x")
+    store.recover(min_age_s=0)
+    assert list(store.root.glob(".*.tmp")) == [] and store.load(c.id) == c
+
+
+def test_a_temp_file_without_a_saved_file_becomes_it(store):
+    c = _conv("a first message, killed before its first save", "2025-01-01T00:00:00+00:00")
+    _temp(store, c.id, c)
+    store.recover(min_age_s=0)
+    assert store.load(c.id).messages == c.messages
+
+
+def test_a_live_writers_temp_file_is_left_alone(tmp_path):
+    tmp = tmp_path / ".c.json.abc.tmp"
+    tmp.write_bytes(b"{}")
+    old = time.time() - 60
+    os.utime(tmp, (old, old))
+    with open(tmp, "rb") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        assert leftovers(tmp_path, min_age_s=0) == []
+    assert leftovers(tmp_path, min_age_s=0) == [tmp]
+    tmp.touch()
+    assert leftovers(tmp_path, min_age_s=10) == []  # just created: its writer may not hold the lock yet
+
+
+def test_a_killed_writer_leaves_a_temp_file_that_recover_settles(store):
+    """A real kill -9 between the temp write and the rename: the child writes, stops, is killed."""
+    c = _conv("saved", "2025-01-01T00:00:00+00:00")
+    store.save(c)
+    c.add(Message("user", "only in the temp file"))
+    pid = os.fork()
+    if pid == 0:
+        real = os.replace
+        os.replace = lambda *a: (os.kill(os.getpid(), signal.SIGSTOP), real(*a))
+        store.save(c)
+        os._exit(0)
+    while not list(store.root.glob(".*.tmp")) or os.waitpid(pid, os.WUNTRACED | os.WNOHANG) == (0, 0):
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert [m.text for m in store.load(c.id).messages] == ["saved"]
+    store.recover(min_age_s=0)
+    assert [m.text for m in store.load(c.id).messages] == ["saved", "only in the temp file"]

@@ -161,6 +161,30 @@ def test_corrupt_conversation_is_set_aside_with_a_notice(qtbot, launch, app_home
     assert window.tabs.count() == 1  # the blank tab was replaced, not kept beside it
 
 
+def test_bad_files_in_the_open_tab_session_never_stop_the_start(qtbot, launch, app_home):
+    folder = app_home / "data" / "conversations"
+    folder.mkdir(parents=True)
+    base = {"format_version": 1, "id": "x", "title": "Typed", "created": "2025-01-01T00:00:00+00:00",
+            "messages": [{"role": "user", "text": "hi"}]}
+    files = {"deep": "[" * 100_000 + "]" * 100_000,
+             "types": json.dumps({**base, "created": [1], "updated": "0001-01-01T00:00:00+14:00", "messages": [
+                 {"role": "user", "text": "hi", "time": "9999-12-31T23:59:59-14:00"},
+                 {"role": "assistant", "text": "a\ud800b", "error": 5, "tok_s": "fast", "tokens": "x"}]}),
+             "surrogate": json.dumps({**base, "title": "\udcff"})}
+    for name, text in files.items():
+        (folder / f"{name}.json").write_text(text, encoding="utf-8", errors="surrogatepass")
+    (app_home / "state").mkdir(parents=True)
+    (app_home / "state" / "session.json").write_text(json.dumps(
+        {"open_tabs": ["deep", "types", "surrogate", 5], "active": "first", "geometry": 7, "sidebar": "yes"}))
+    window = launch(start_engine=False)
+    assert [t.conversation.id for t in window.tabs.tabs()] == ["types", "surrogate"]
+    assert any("deep.json" in n.text and "nested more than" in n.text for n in window.notices.notices())
+    typed = window.tabs.tabs()[0].conversation
+    assert typed.created == "" and typed.messages[1].error is None and typed.messages[1].tok_s is None
+    window.close()
+    assert "\\ud800" in (folder / "types.json").read_text()  # saved again on quit, the surrogate escaped
+
+
 def test_a_model_that_fails_to_load_leaves_the_app_usable(qtbot, launch, run_async, app_home, app_model):
     window = launch(start_engine=False, model=str(app_home / "no-such-model"))
     assert not run_async(window.start_engine(), timeout=60)
@@ -184,7 +208,8 @@ def test_an_error_in_one_tab_leaves_the_other_generating(qtbot, launch):
     good, bad = window.current_tab(), window.new_tab()
     send(qtbot, good, "A normal question")
     send(qtbot, bad, "word " * 2000)  # far longer than the 512-token context
-    assert "context" in bad.conversation.messages[-1].error and not bad.generating
+    qtbot.waitUntil(lambda: not bad.generating, timeout=30000)  # refused by the engine thread, which tokenizes
+    assert "context" in bad.conversation.messages[-1].error
     assert bad.view.widgets[-1]._status.text() == bad.conversation.messages[-1].error
     assert good.generating
     qtbot.waitUntil(lambda: not good.generating, timeout=30000)

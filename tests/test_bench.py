@@ -46,7 +46,7 @@ def test_table_format():
 def test_bench_runs_on_the_cpu(capsys):
     a = argparse.Namespace(model=None, synthetic="tiny-llama", backend="numpy", parallel=2, context=512,
                            kv_dtype="fp8", kv_pages=16, kv_pages_all=True, memory_gib=None, prefill_chunk=64,
-                           prompt_lengths="48,100,600", streams="1,2,4", decode_tokens=5)
+                           prompt_lengths=[48, 100, 600], streams=[1, 2, 4], decode_tokens=5)
     assert bench.main(a) == 0
     out = capsys.readouterr().out
     assert "plan: the engine's own and 1 more on" in out

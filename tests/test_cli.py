@@ -51,3 +51,51 @@ def test_cupy_backend_without_a_gpu_is_a_clear_error():
     run = subprocess.run([sys.executable, "-m", "engine", "generate", "--model", TINY, "--prompt", "x",
                           "--backend", "cupy"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "error: --backend cupy" in run.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["logits", "--prompt-ids", "a,b"], ["logits", "--prompt-ids", "1.5"], ["logits", "--prompt-ids", "-1,2"],
+    ["bench", "--prompt-lengths", "abc"], ["bench", "--streams", "0"],
+    ["generate", "--prompt", "x", "--memory-gib", "nan"], ["generate", "--prompt", "x", "--memory-gib", "inf"],
+    ["generate", "--prompt", "x", "--memory-gib", "-1"], ["generate", "--prompt", "x", "--prefill-chunk", str(2**30)],
+    ["generate", "--prompt", "x", "--prefill-chunk", "3"], ["generate", "--prompt", "x", "--temperature", "nan"],
+    ["generate", "--prompt", "x", "--top-p", "0"], ["generate", "--prompt", "x", "--top-k", "-1"],
+    ["generate", "--prompt", "x", "--seed", "-1"], ["generate", "--prompt", "x", "--max-tokens", "0"],
+    ["generate", "--prompt", "x", "--parallel", "100000"], ["generate", "--prompt", "x", "--kv-pages", "17"],
+    ["generate", "--prompt", "caf\udce9"], ["generate", "--prompt", "x", "--system", "\ud800"],
+])
+def test_every_argument_is_checked_by_its_type(args, tmp_path, capsys):
+    if args[0] == "logits":
+        args = args + ["--out", str(tmp_path / "o.npy")]
+    assert main(args + ["--model", TINY, "--backend", "numpy"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "argument --" in err[0], err
+
+
+@pytest.mark.parametrize("out, words", [("missing/l.npy", "is not a file in an existing folder"),
+                                        (".", "is not a file in an existing folder"),
+                                        ("/dev/full", "cannot write /dev/full: No space left on device")])
+def test_logits_out_that_cannot_be_written(out, words, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["logits", "--model", TINY, "--backend", "numpy", "--prompt-ids", "1,2", "--out", out,
+                 "--context", "256"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("error: ") == 1
+
+
+def test_non_utf8_prompt_bytes_are_one_line():
+    run = subprocess.run([sys.executable, "-m", "engine", "generate", "--model", TINY, "--backend", "numpy",
+                          "--prompt", b"caf\xe9 \xff"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == "error: generate: argument --prompt: is not UTF-8 text (byte 0xe9 at character 3)"
+
+
+def test_generate_after_a_failed_stream_prints_its_error(capsys, monkeypatch):
+    from engine.models.llama import Llama
+
+    def forward(self, rows, cache):
+        raise RuntimeError("poisoned weights")
+    monkeypatch.setattr(Llama, "forward", forward)
+    assert main(["generate", "--model", TINY, "--backend", "numpy", "--prompt", "hi", "--context", "256"]) == 2
+    err = capsys.readouterr().err
+    assert "error: the reply failed: engine error: RuntimeError: poisoned weights" in err and "KeyError" not in err

@@ -3,7 +3,8 @@ import threading
 
 import pytest
 
-from engine import Engine, EngineSettings, Finished, LanechatError, RequestError, SamplingParams, Started, Token
+from engine import (Engine, EngineSettings, Failed, Finished, LanechatError, PlanError, RequestError, SamplingParams,
+                    Started, Token)
 
 
 def settings(**kw):
@@ -40,8 +41,13 @@ def test_two_streams_run_and_one_is_cancelled():
 def test_bad_requests_and_models_say_why():
     eng = Engine(settings(context=32), log=lambda m: None)
     eng.start()
-    with pytest.raises(RequestError, match="does not fit"):
-        eng.submit([{"role": "user", "content": "x" * 100}])
+    got = []
+    done = threading.Event()
+    eng.submit([{"role": "user", "content": "x" * 100}], on_event=lambda e: (got.append(e), done.set()))
+    assert done.wait(30) and isinstance(got[0], Failed) and "does not fit" in got[0].message
+    assert isinstance(got[0].refusal, RequestError)
+    with pytest.raises(PlanError, match="temperature"):
+        eng.submit([{"role": "user", "content": "x"}], SamplingParams(temperature=float("nan")))
     eng.shutdown()
     with pytest.raises(LanechatError, match="unknown synthetic model"):
         Engine(settings(model="synthetic:nope"), log=lambda m: None).start()
@@ -55,3 +61,34 @@ def test_shutdown_cancels_in_flight_requests():
                got.append)
     eng.shutdown()
     assert isinstance(got[-1], Finished) and got[-1].reason == "shutdown"
+
+
+def test_the_engine_thread_renders_and_tokenizes_a_chat(tmp_path):
+    import ckpt
+    ckpt.write_hf(tmp_path, ckpt.tiny_llama_config(), chat_template="{{ raise_exception('no chats today') }}")
+    eng = Engine(settings(model=str(tmp_path)), log=lambda m: None)
+    eng.start()
+    got, done = [], threading.Event()
+
+    def on(e):
+        got.append((e, threading.current_thread().name))
+        done.set()
+    rid = eng.submit([{"role": "user", "content": "hi"}], on_event=on)  # returns before any rendering
+    assert done.wait(30)
+    (event, thread), = got
+    assert isinstance(event, Failed) and event.request_id == rid and thread == "lanechat-engine"
+    assert "the chat template failed (TemplateError: no chats today)" in event.message
+    eng.shutdown()
+
+
+@pytest.mark.parametrize("messages, words", [
+    ("hello", "messages must be a list"), ([{"role": "user", "content": 5}], "message 0 must be an object"),
+    ([{"role": "user"}], "message 0 must be an object"),
+])
+def test_malformed_messages_fail_their_request(messages, words):
+    eng = Engine(settings(), log=lambda m: None)
+    eng.start()
+    got, done = [], threading.Event()
+    eng.submit(messages, on_event=lambda e: (got.append(e), done.set()))
+    assert done.wait(30) and isinstance(got[0], Failed) and words in got[0].message
+    eng.shutdown()

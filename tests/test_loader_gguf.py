@@ -2,6 +2,7 @@
 tokenizer, and clear errors for files we cannot run."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import gguf
@@ -9,6 +10,9 @@ import numpy as np
 import pytest
 
 import ckpt
+import fuzz_files as ff
+from hypothesis import given, settings, strategies as st
+
 from engine.errors import ModelError
 from engine.fetch import default_model_path
 from engine.loader import describe, load_config, load_model
@@ -143,6 +147,84 @@ def test_truncated_and_garbage_files(written, tmp_path: Path) -> None:
 def test_missing_path(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="no such file or folder"):
         load_model(tmp_path / "nope.gguf")
+
+
+# --- mutated files: every field checked, one line naming the file and the key ---------------------
+
+def rewritten(src: Path, dst: Path, kv: dict | None = None, drop: tuple = (), tensors=None) -> Path:
+    """`src` with some metadata replaced ({key: (GGUF value type, value)}), removed, or other tensors."""
+    kvs, ts = ff.read_gguf(src)
+    kvs = [k for k in kvs if k.key not in (kv or {}) and k.key not in drop]
+    kvs += [ff.KV(key, vtype, value) for key, (vtype, value) in (kv or {}).items()]
+    ff.write_gguf(dst, kvs, ts if tensors is None else tensors(ts))
+    return dst
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("llama.rope.freq_base", (ff.STR, "10000"), "metadata llama.rope.freq_base must be a number in"),
+    ("llama.context_length", (ff.ARR, (ff.U32, [1, 2])), r"metadata llama.context_length must be an integer"),
+    ("tokenizer.ggml.merges", (ff.ARR, (ff.I32, [1, 2, 3])), "metadata tokenizer.ggml.merges must be a list of strs"),
+    ("tokenizer.ggml.merges", (ff.ARR, (ff.STR, ["ab"])), "tokenizer.ggml.merges must be a list of 'left right'"),
+    ("tokenizer.ggml.eos_token_id", (ff.F32, 2.5), r"tokenizer.ggml.eos_token_id must be an integer in 0..\d+"),
+    ("tokenizer.ggml.eos_token_id", (ff.U32, 10**9), "tokenizer.ggml.eos_token_id must be an integer in"),
+    ("llama.rope.dimension_count", (ff.I32, -1), r"metadata llama.rope.dimension_count must be an integer in 0..4096"),
+    ("llama.rope.dimension_count", (ff.U32, 18), r"the rotary dimension must be even and in 2..16"),
+    ("llama.rope.dimension_count", (ff.U32, 3), r"the rotary dimension must be even"),
+    ("llama.block_count", (ff.U32, 2_000_000), r"metadata llama.block_count must be an integer in 1..1024"),
+    ("llama.attention.head_count", (ff.U32, 0), r"metadata llama.attention.head_count must be an integer in 1"),
+    ("llama.attention.layer_norm_rms_epsilon", (ff.F32, math.nan), "rms_epsilon must be a number"),
+    ("tokenizer.ggml.tokens", (ff.ARR, (ff.STR, [b"\xff\xfe"] * 3)), "metadata tokenizer.ggml.tokens is unreadable"),
+    ("tokenizer.chat_template", (ff.I32, 5), "metadata tokenizer.chat_template must be a string"),
+    ("general.architecture", (ff.I32, 1), "metadata general.architecture must be a string"),
+])
+def test_mutated_metadata_is_one_line_naming_the_key(written, tmp_path: Path, key, value, words) -> None:
+    path = rewritten(written["llama", "Q4_1"][0], tmp_path / "m.gguf", {key: value})
+    with pytest.raises(ModelError, match="m.gguf: .*" + words) as e:
+        load_model(path)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda ts: [t for t in ts if t.name != "blk.1.ffn_up.weight"], "missing tensor layers.1.mlp.up_proj"),
+    (lambda ts: ts + [ff.GTensor("blk.0.attn_q.bias", [64], 0, bytes(256))], "an attention bias without the others"),
+    (lambda ts: [ff.GTensor(t.name, [t.dims[0], 0], t.ggml_type, b"") if t.name == "blk.1.attn_output.weight" else t
+                 for t in ts], r"tensor blk.1.attn_output.weight has shape \[0, 64\]"),
+])
+def test_mutated_tensors(written, tmp_path: Path, change, words) -> None:
+    path = rewritten(written["llama", "Q8_0"][0], tmp_path / "t.gguf", tensors=change)
+    with pytest.raises(ModelError, match=words):
+        load_model(path)
+
+
+def test_a_huge_count_in_the_header_is_a_clean_error(written, tmp_path: Path) -> None:
+    data = bytearray(written["llama", "Q4_1"][0].read_bytes())
+    for at in (8, 16):  # the tensor count, the metadata count
+        bad = tmp_path / f"count{at}.gguf"
+        bad.write_bytes(bytes(data[:at]) + (2**40).to_bytes(8, "little") + bytes(data[at + 8:]))
+        with pytest.raises(ModelError, match="not a readable GGUF file"):
+            load_model(bad)
+
+
+META = {"general.architecture": "llama", "llama.embedding_length": 64, "llama.attention.head_count": 4,
+        "llama.attention.head_count_kv": 2, "llama.block_count": 2, "llama.feed_forward_length": 128,
+        "llama.attention.layer_norm_rms_epsilon": 1e-5, "llama.rope.freq_base": 10000.0, "llama.context_length": 512,
+        "llama.rope.dimension_count": 16, "llama.attention.key_length": 16, "llama.vocab_size": 320}
+ANY = st.none() | st.booleans() | st.integers(-2**66, 2**66) | st.floats() | st.text(max_size=6) \
+    | st.lists(st.integers(-2, 2) | st.text(max_size=2), max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(sorted(META)), ANY, min_size=1, max_size=4))
+def test_config_from_any_metadata_is_valid_or_one_model_error(changes) -> None:
+    from engine.loader.gguf import config_from_metadata
+    meta = {k: v for k, v in {**META, **changes}.items() if v is not None}
+    try:
+        c = config_from_metadata(meta, {"output.weight"}, "/m.gguf")
+    except ModelError as e:
+        assert str(e).startswith("/m.gguf: ") and "\n" not in str(e)
+        return
+    assert 1 <= c.layers <= 1024 and c.heads % c.kv_heads == 0 and 2 <= c.rotary_dim <= c.head_dim
+    assert c.rotary_dim % 2 == 0 and c.rms_eps > 0 and math.isfinite(c.rope_theta) and c.vocab >= 1
 
 
 # --- the real default model (skipped until `python -m engine fetch-default`) -----------------------

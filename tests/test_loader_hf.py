@@ -269,3 +269,104 @@ def test_bf16_values_widen_exactly(tmp_path: Path) -> None:
     w = load_model(tmp_path).weights["embed_tokens"]
     assert np.array_equal(w.astype(ml_dtypes.bfloat16).astype(np.float32), w)
     np.testing.assert_array_equal(w, ref["model.embed_tokens.weight"])
+
+
+# --- mutated folders: every JSON capped, every field checked --------------------------------------
+
+@pytest.mark.parametrize("name", ["config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json"])
+def test_json_nested_deep_is_a_clean_error(llama: Path, name: str) -> None:
+    (llama / name).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ModelError, match=f"{name}: .*nested more than 64 levels"):
+        load_model(llama)
+
+
+def test_safetensors_header_nested_deep(llama: Path) -> None:
+    _put(llama / "model.safetensors", {}, b"")
+    deep = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
+    (llama / "model.safetensors").write_bytes(struct.pack("<Q", len(deep)) + deep)
+    with pytest.raises(ModelError, match="header is not valid JSON .*nested more than 64 levels"):
+        load_model(llama)
+
+
+@pytest.mark.parametrize("eos, words", [
+    ([[2]], "generation_config.json: field eos_token_id must be a token id or a list"),
+    (2.5, "field eos_token_id must be a token id"),
+    ([2, "x"], "field eos_token_id must be"),
+    (10**6, r"end-of-sequence id 1000000 is outside the model's vocabulary \(0..319\)"),
+])
+def test_bad_eos_ids(llama: Path, eos, words: str) -> None:
+    (llama / "generation_config.json").write_text(json.dumps({"eos_token_id": eos}))
+    with pytest.raises(ModelError, match=words):
+        load_model(llama)
+
+
+def test_null_eos_ids_are_none(llama: Path) -> None:
+    (llama / "generation_config.json").write_text(json.dumps({"eos_token_id": None}))
+    assert load_model(llama).tokenizer.eos_ids  # the tokenizer_config's eos token still stands
+
+
+@pytest.mark.parametrize("template, words", [
+    (["{{ x }}", 5], "field chat_template must be a string or a list of"),
+    ([{"name": "default", "template": 7}], "field chat_template must be a string or a list of"),
+    (12, "field chat_template must be a string or a list of named templates, got 12"),
+])
+def test_chat_template_of_the_wrong_type(llama: Path, template, words: str) -> None:
+    path = llama / "tokenizer_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "chat_template": template}))
+    with pytest.raises(ModelError, match="tokenizer_config.json: " + words):
+        load_model(llama)
+
+
+@pytest.mark.parametrize("extra, words", [
+    ("model.layers.0.self_attn.q_proj.bias", "an attention bias without the others"),
+    ("model.layers.7.mlp.up_proj.weight", None),  # a tensor of no layer the config has: dropped
+    ("model.unused.weight", None),
+])
+def test_header_declaring_a_tensor_nothing_uses(llama: Path, extra: str, words) -> None:
+    rewrite(llama, lambda t: {**t, extra: np.ones(64, np.float32)})
+    if words is None:
+        assert extra.removeprefix("model.").removesuffix(".weight") in load_model(llama).meta["dropped"]
+    else:
+        with pytest.raises(ModelError, match=words):
+            load_model(llama)
+
+
+@pytest.mark.parametrize("field, value", [("num_hidden_layers", "2"), ("vocab_size", float("inf")),
+                                          ("num_attention_heads", 2**64), ("num_hidden_layers", 2_000_000)])
+def test_config_values_of_the_wrong_type_or_range(llama: Path, field: str, value) -> None:
+    edit_config(llama, **{field: value})
+    with pytest.raises(ModelError, match=f"config.json: field {field} must be an integer"):
+        load_model(llama)
+
+
+def test_huge_layer_count_and_generation_config_do_not_hang(llama: Path) -> None:
+    edit_config(llama, num_hidden_layers=2_000_000)
+    (llama / "generation_config.json").write_text(json.dumps({"eos_token_id": list(range(2_000_000))}))
+    with pytest.raises(ModelError, match="num_hidden_layers must be an integer in 1..1024"):
+        load_model(llama)
+    edit_config(llama, num_hidden_layers=2)
+    with pytest.raises(ModelError, match="generation_config.json: .*more than the 1048576 bytes"):
+        load_model(llama)
+
+
+def test_layer_types_entry_that_is_no_layer_kind(tmp_path: Path) -> None:
+    cfg = ckpt.tiny_qwen3_5_config()
+    ckpt.write_hf(tmp_path, cfg)
+    edit_config(tmp_path, layer_types=["linear_attention", "attention", "linear_attention", "full_attention"])
+    with pytest.raises(ModelError, match=r"config.json: layer_types\[1\] is 'attention'"):
+        load_model(tmp_path)
+
+
+@pytest.mark.parametrize("weight_map", [{"model.norm.weight": "../outside.safetensors"}, [1], {"x": 5}])
+def test_shard_index_cannot_point_outside_the_folder(llama: Path, weight_map) -> None:
+    (llama / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ModelError, match="model.safetensors.index.json: "):
+        load_model(llama)
+
+
+@pytest.mark.parametrize("key", ["eos_token", "bos_token"])
+def test_special_token_with_a_lone_surrogate(llama: Path, key: str) -> None:
+    path = llama / "tokenizer_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: "\ud800"}))
+    with pytest.raises(ModelError, match=f"tokenizer_config.json: field {key} must be a token string"):
+        load_model(llama)

@@ -105,8 +105,8 @@ def test_bits_disagree_with_shapes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("change, message", [
     ({"mode": "mxfp4"}, "MLX quantization mode 'mxfp4' is not supported"),
-    ({"bits": 3}, r"\[3\]-bit quantization is not supported"),
-    ({"group_size": 0}, "group sizes must be positive"),
+    ({"bits": 3}, r"3-bit quantization \(quantization.bits\) is not supported"),
+    ({"group_size": 0}, r"field quantization.group_size must be an integer in 1..65536, got 0"),
 ])
 def test_unsupported_quantization(tmp_path: Path, change: dict, message: str) -> None:
     ckpt.write_mlx(tmp_path, ckpt.tiny_llama_config())

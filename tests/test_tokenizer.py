@@ -195,3 +195,24 @@ def test_smollm2_chat_matches_transformers(smollm2: Tokenizer) -> None:
     g = np.load(GOLDEN)
     for i, chat in enumerate(SMOLLM_CHATS):
         assert smollm2.encode_chat(chat) == g["input_ids"][i, : g["lengths"][i]].tolist()
+
+
+def test_lone_surrogates_and_undecodable_text_encode_cleanly(tiny: Tokenizer) -> None:
+    # Python hands undecodable bytes (argv, file names) over as lone surrogates; no tokenizer takes them
+    assert tiny.decode(tiny.encode("caf\udce9 \ud800!")) == "caf\ufffd \ufffd!"
+    assert tiny.encode("pair \ud83d\ude00") == tiny.encode("pair 😀")
+    ids = tiny.encode_chat([{"role": "user", "content": "x\udcff"}], limit=512)
+    assert "\ufffd" in tiny.decode(ids)
+
+
+def test_a_chat_too_long_for_the_context_is_refused_before_encoding(tiny: Tokenizer) -> None:
+    from engine.errors import RequestError
+    with pytest.raises(RequestError, match=r"the conversation \(\d+ characters\) does not fit the context of 8 tokens"):
+        tiny.encode_chat([{"role": "user", "content": "word " * 10_000}], limit=8)
+
+
+def test_a_template_past_its_limits_is_one_line_of_model_error(tmp_path: Path) -> None:
+    ckpt.write_tokenizer(tmp_path, chat_template="{{ (' ' * 10**8) * 20 }}")
+    tok = Tokenizer.from_folder(tmp_path)
+    with pytest.raises(ModelError, match=r"tokenizer.json: the chat template needs more than 1 GiB of memory$"):
+        tok.render_chat([{"role": "user", "content": "x"}])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Mapping
 
 import ml_dtypes
 import numpy as np
@@ -13,7 +13,8 @@ from gguf import GGMLQuantizationType as QT
 from gguf import GGUFReader, LlamaFileType
 from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers, processors
 
-from ..config import ModelConfig
+from ..config import (MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_POSITION, MAX_VOCAB, MAX_WIDTH, REQUIRED, Fields,
+                      ModelConfig, shown)
 from ..errors import ModelError
 from ..tokenizer import Tokenizer
 from ..weights import Affine, Model, Tensor
@@ -67,53 +68,78 @@ def read(path: Path) -> GGUFReader:
         raise ModelError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from None
 
 
-def _field(r: GGUFReader, key: str, default: Any = None) -> Any:
-    f = r.fields.get(key)
-    return default if f is None else f.contents()
+class Metadata(Mapping[str, Any]):
+    """A GGUF file's metadata as plain values, each read (and decoded) when first asked for."""
+
+    def __init__(self, r: GGUFReader, path: Path):
+        self._r, self._path, self._values = r, path, {}
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._values:
+            field = self._r.fields[key]
+            try:
+                self._values[key] = field.contents()
+            except Exception as e:  # the gguf package decodes strings and arrays without checking them
+                raise ModelError(f"{self._path}: metadata {key} is unreadable ({type(e).__name__})") from None
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._r.fields)
+
+    def __len__(self) -> int:
+        return len(self._r.fields)
+
+
+def metadata(path: Path) -> Metadata:
+    return Metadata(read(path), path)
 
 
 def config(path: Path) -> ModelConfig:
     r = read(path)
-    arch = _field(r, "general.architecture")
+    return config_from_metadata(Metadata(r, path), {t.name for t in r.tensors}, str(path))
+
+
+def config_from_metadata(meta: Mapping[str, Any], tensor_names: set[str], source: str) -> ModelConfig:
+    """ModelConfig from GGUF metadata values; every key is checked for its type and range."""
+    top = Fields(meta, source, kind="metadata")
+    arch = top.str("general.architecture")
     if arch not in ARCHES:
-        raise ModelError(f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(ARCHES)})")
-
-    def need(key: str) -> Any:
-        value = _field(r, f"{arch}.{key}")
-        if value is None:
-            raise ModelError(f"{path}: metadata {arch}.{key} is missing")
-        if isinstance(value, list):
-            raise ModelError(f"{path}: metadata {arch}.{key} varies per layer, which is not supported")
-        return value
-
-    hidden, heads = int(need("embedding_length")), int(need("attention.head_count"))
-    head_dim = int(_field(r, f"{arch}.attention.key_length") or hidden // heads)
-    vocab = _field(r, f"{arch}.vocab_size") or len(_field(r, "tokenizer.ggml.tokens", []))
-    names = {t.name for t in r.tensors}
-    return ModelConfig(
-        arch=arch,
-        hidden=hidden,
-        layers=int(need("block_count")),
-        heads=heads,
-        kv_heads=int(_field(r, f"{arch}.attention.head_count_kv") or heads),
-        head_dim=head_dim,
-        vocab=int(vocab),
-        intermediate=int(need("feed_forward_length")),
-        rms_eps=float(need("attention.layer_norm_rms_epsilon")),
-        rope_theta=float(_field(r, f"{arch}.rope.freq_base") or 10000.0),
-        rotary_dim=int(_field(r, f"{arch}.rope.dimension_count") or head_dim),
-        max_position=int(_field(r, f"{arch}.context_length") or 32768),
-        tie_embeddings="output.weight" not in names,
-        qk_norm=arch == "qwen3",
-    )
+        raise ModelError(f"{source}: GGUF architecture {shown(arch)} is not supported (supported: {', '.join(ARCHES)})")
+    m = Fields(meta, source, kind="metadata", scope=f"{arch}.")
+    hidden, heads = m.int("embedding_length", lo=1, hi=MAX_WIDTH), m.int("attention.head_count", lo=1, hi=MAX_HEADS)
+    head_dim = m.int("attention.key_length", 0, hi=MAX_HEAD_DIM) or hidden // heads
+    value_dim = m.int("attention.value_length", 0, hi=MAX_HEAD_DIM)
+    if value_dim and value_dim != head_dim:
+        raise m.error("attention.value_length", f"equal to the key length {head_dim}", value_dim)
+    tokens = meta.get("tokenizer.ggml.tokens")
+    vocab = m.int("vocab_size", 0, hi=MAX_VOCAB) or (len(tokens) if isinstance(tokens, list) else 0)
+    try:
+        return ModelConfig(
+            arch=arch,
+            hidden=hidden,
+            layers=m.int("block_count", lo=1, hi=MAX_LAYERS),
+            heads=heads,
+            kv_heads=m.int("attention.head_count_kv", 0, hi=MAX_HEADS) or heads,
+            head_dim=head_dim,
+            vocab=vocab,
+            intermediate=m.int("feed_forward_length", lo=1, hi=MAX_WIDTH * 16),
+            rms_eps=m.float("attention.layer_norm_rms_epsilon", REQUIRED, hi=1.0),
+            rope_theta=m.float("rope.freq_base", 10000.0, hi=1e12),
+            rotary_dim=m.int("rope.dimension_count", 0, hi=MAX_HEAD_DIM) or head_dim,
+            max_position=m.int("context_length", 0, hi=MAX_POSITION) or 32768,
+            tie_embeddings="output.weight" not in tensor_names,
+            qk_norm=arch == "qwen3",
+        )
+    except ModelError as e:
+        raise ModelError(f"{source}: {e}") from None
 
 
 def quant_label(path: Path) -> str:
     """The file's quantization as llama.cpp names it (Q4_1, Q8_0, F16, ...)."""
-    ftype = _field(read(path), "general.file_type")
+    ftype = metadata(path).get("general.file_type")
     try:
         return LlamaFileType(ftype).name.removeprefix("MOSTLY_")
-    except ValueError:
+    except (TypeError, ValueError):
         return "unknown"
 
 
@@ -161,6 +187,15 @@ def _tensor(t: Any, path: Path) -> Tensor:
     shape = tuple(int(n) for n in reversed(t.shape))  # GGUF lists dimensions innermost first
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     kind = QT(t.tensor_type)
+    if not shape or not all(shape):
+        raise ModelError(f"{path}: tensor {t.name} has shape {list(shape)}")
+    if kind in (QT.Q4_1, QT.Q8_0):
+        block = 20 if kind == QT.Q4_1 else 34
+        if len(shape) != 2 or shape[-1] % 32 or np.asarray(t.data).nbytes != rows * shape[-1] // 32 * block:
+            raise ModelError(f"{path}: tensor {t.name} is {kind.name} but has shape {list(shape)} "
+                             f"({np.asarray(t.data).nbytes} bytes)")
+    elif np.asarray(t.data).size != int(np.prod(shape)):
+        raise ModelError(f"{path}: tensor {t.name} holds {np.asarray(t.data).size} values for shape {list(shape)}")
     if kind == QT.Q4_1:
         w = _q4_1(t.data, rows)
     elif kind == QT.Q8_0:
@@ -169,11 +204,7 @@ def _tensor(t: Any, path: Path) -> Tensor:
         w = np.asarray(t.data).view(ml_dtypes.bfloat16).astype(np.float32)
     else:
         w = np.asarray(t.data, dtype=np.float32)
-    if isinstance(w, Affine):
-        if len(shape) != 2:
-            raise ModelError(f"{path}: tensor {t.name} is quantized but has shape {list(shape)}")
-        return w
-    return w.reshape(shape)
+    return w if isinstance(w, Affine) else w.reshape(shape)
 
 
 def _unpermute(w: Tensor, n_head: int) -> Tensor:
@@ -201,14 +232,18 @@ def load(path: Path, progress: Callable[[str, float], None] | None = None) -> Mo
                              f"({', '.join(q.name for q in SUPPORTED)})")
         w = _tensor(t, path)
         if cfg.arch == "llama" and name.removesuffix(".bias").endswith(("q_proj", "k_proj")):
-            w = _unpermute(w, cfg.heads if ".q_proj" in name else cfg.kv_heads)
+            n_head = cfg.heads if ".q_proj" in name else cfg.kv_heads
+            out = w.shape[-2] if len(w.shape) > 1 else w.shape[0]
+            if out != n_head * cfg.head_dim or cfg.head_dim % 2:
+                raise ModelError(f"{path}: tensor {t.name} has {out} rows, but RoPE over {n_head} heads of "
+                                 f"{cfg.head_dim} (an even size) needs {n_head * cfg.head_dim}")
+            w = _unpermute(w, n_head)
         weights[name], origin[name] = w, f"{path}: tensor {t.name}"
         if progress:
             progress("loading weights", (i + 1) / len(r.tensors))
     layout.finish(weights, cfg, origin, str(path), shift_norms=False)
     tok = tokenizer(path)
-    if tok.max_id >= cfg.vocab:
-        raise ModelError(f"{path}: the tokenizer has token id {tok.max_id} but the model's vocabulary is {cfg.vocab}")
+    layout.check_tokenizer(tok, cfg, str(path))
     return Model(cfg, weights, tok, name=display_name(path), source=str(path), format="gguf",
                  meta={"label": f"GGUF {quant_label(path)}", "dropped": []})
 
@@ -219,7 +254,7 @@ def display_name(path: Path) -> str:
     return re.sub(r"[.-](?:I?Q\d\w*|F16|F32|BF16)$", "", stem, flags=re.IGNORECASE) or stem
 
 
-def _pre_tokenizer(pre: str, path: Path) -> tuple[Any, Any]:
+def _pre_tokenizer(pre: str, path: str) -> tuple[Any, Any]:
     """(normalizer, pre-tokenizer) for llama.cpp's pre-tokenizer name."""
     if pre in _DIGITS_BYTELEVEL:
         return None, pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
@@ -231,38 +266,64 @@ def _pre_tokenizer(pre: str, path: Path) -> tuple[Any, Any]:
         seq = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         return (normalizers.NFC() if pre == "qwen2" else None), seq
     known = ", ".join((*_DIGITS_BYTELEVEL, "gpt-2", *_SPLIT_RE))
-    raise ModelError(f"{path}: tokenizer pre-tokenizer {pre!r} is not supported (supported: {known})")
+    raise ModelError(f"{path}: tokenizer pre-tokenizer {shown(pre)} is not supported (supported: {known})")
 
 
 def tokenizer(path: Path) -> Tokenizer:
     """A `tokenizers` byte-level BPE equal to the model's own tokenizer.json, from the GGUF metadata."""
-    r = read(path)
-    model = _field(r, "tokenizer.ggml.model")
+    return tokenizer_from_metadata(metadata(path), str(path))
+
+
+def tokenizer_from_metadata(meta: Mapping[str, Any], source: str) -> Tokenizer:
+    m = Fields(meta, source, kind="metadata", scope="tokenizer.")
+    model = m.str("ggml.model")
     if model != "gpt2":
-        raise ModelError(f"{path}: tokenizer model {model!r} is not supported (only gpt2-style BPE)")
-    tokens: list[str] = _field(r, "tokenizer.ggml.tokens", [])
-    types: list[int] = _field(r, "tokenizer.ggml.token_type", [1] * len(tokens))
-    merges = [tuple(m.split(" ", 1)) for m in _field(r, "tokenizer.ggml.merges", [])]
-    if not tokens or any(len(m) != 2 for m in merges):
-        raise ModelError(f"{path}: tokenizer vocabulary or merges are missing or malformed")
-    pre = _field(r, "tokenizer.ggml.pre", "default")
-    normalizer, pre_tok = _pre_tokenizer(pre, path)
-    bpe = tokenizers.models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,
-                                ignore_merges=pre == "llama-bpe")
-    tk = tokenizers.Tokenizer(bpe)
-    if normalizer is not None:
-        tk.normalizer = normalizer
-    tk.pre_tokenizer = pre_tok
-    tk.decoder = decoders.ByteLevel()
-    tk.add_tokens([AddedToken(t, special=y == CONTROL, normalized=False)
-                   for t, y in zip(tokens, types) if y in (CONTROL, USER_DEFINED)])
-    bos = _field(r, "tokenizer.ggml.bos_token_id")
-    if bos is not None and _field(r, "tokenizer.ggml.add_bos_token", False):
-        tk.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A $B",
-                                                          special_tokens=[(tokens[bos], bos)])
-    eos_ids = {i for i in (_field(r, "tokenizer.ggml.eos_token_id"), _field(r, "tokenizer.ggml.eot_token_id"),
-                           _field(r, "tokenizer.ggml.eom_token_id")) if i is not None}
+        raise ModelError(f"{source}: tokenizer model {shown(model)} is not supported (only gpt2-style BPE)")
+    tokens = _list(m, "ggml.tokens", str)
+    if not tokens or len(tokens) > MAX_VOCAB:
+        raise m.error("ggml.tokens", f"a list of 1..{MAX_VOCAB} strings", len(tokens))
+    types = _list(m, "ggml.token_type", int) or [1] * len(tokens)
+    if len(types) != len(tokens):
+        raise m.error("ggml.token_type", f"one type per token ({len(tokens)})", len(types))
+    merges = [tuple(x.split(" ", 1)) for x in _list(m, "ggml.merges", str)]
+    if any(len(x) != 2 for x in merges):
+        raise m.error("ggml.merges", "a list of 'left right' pairs")
+    pre = m.str("ggml.pre", "default")
+    normalizer, pre_tok = _pre_tokenizer(pre, source)
+    ids = {name: m.int(f"ggml.{name}_token_id", None, hi=len(tokens) - 1) for name in ("bos", "eos", "eot", "eom")}
+    bos = ids["bos"]
+    try:
+        bpe = tokenizers.models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,
+                                    ignore_merges=pre == "llama-bpe")
+        tk = tokenizers.Tokenizer(bpe)
+        if normalizer is not None:
+            tk.normalizer = normalizer
+        tk.pre_tokenizer = pre_tok
+        tk.decoder = decoders.ByteLevel()
+        tk.add_tokens([AddedToken(t, special=y == CONTROL, normalized=False)
+                       for t, y in zip(tokens, types) if y in (CONTROL, USER_DEFINED)])
+        if bos is not None and m.bool("ggml.add_bos_token", False):
+            tk.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A $B",
+                                                              special_tokens=[(tokens[bos], bos)])
+    except Exception as e:  # the Rust side reports a vocabulary it cannot build as a plain Exception
+        raise ModelError(f"{source}: the tokenizer cannot be built from the metadata ({_one_line(e)})") from None
+    eos_ids = {i for k, i in ids.items() if k != "bos" and i is not None}
     eos_ids |= {i for i, (t, y) in enumerate(zip(tokens, types)) if y == CONTROL and t in END_OF_GENERATION}
-    eos = _field(r, "tokenizer.ggml.eos_token_id")
-    return Tokenizer(tk, source=str(path), chat_template=_field(r, "tokenizer.chat_template"), eos_ids=eos_ids,
+    eos = ids["eos"]
+    return Tokenizer(tk, source=source, chat_template=m.str("chat_template"), eos_ids=eos_ids,
                      bos_id=bos, eos_token=tokens[eos] if eos is not None else None)
+
+
+def _list(m: Fields, key: str, kind: type) -> list:
+    """A metadata array whose entries are all of one type (empty when missing)."""
+    value = m.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, kind) and not isinstance(v, bool) for v in value):
+        raise m.error(key, f"a list of {kind.__name__}s", value if not isinstance(value, list) else value[:3])
+    return value
+
+
+def _one_line(e: Exception) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 160 else text[:157] + "..."

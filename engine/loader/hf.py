@@ -83,9 +83,7 @@ def load(folder: Path, progress: Callable[[str, float], None] | None = None) -> 
             progress("loading weights", (i + 1) / len(groups))
     dropped = layout.finish(weights, cfg, origin, str(folder), _zero_centred_norms(cfg, ckpt, quant is not None))
     tok = Tokenizer.from_folder(folder)
-    if tok.max_id >= cfg.vocab:
-        raise ModelError(f"{folder / 'tokenizer.json'}: the tokenizer has token id {tok.max_id} but the model's "
-                         f"vocabulary is {cfg.vocab}")
+    layout.check_tokenizer(tok, cfg, str(folder / "tokenizer.json"))
     return Model(cfg, weights, tok, name=folder.name, source=str(folder), format="mlx" if quant else "hf",
                  meta={"label": format_label(raw, ckpt, folder), "dropped": dropped})
 

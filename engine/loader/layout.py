@@ -7,6 +7,7 @@ import numpy as np
 
 from ..config import FULL, ModelConfig
 from ..errors import ModelError
+from ..tokenizer import Tokenizer
 from ..weights import Affine, Tensor
 
 # Vision towers of multimodal checkpoints are not ours to run.
@@ -156,4 +157,21 @@ def finish(weights: dict[str, Tensor], cfg: ModelConfig, origin: dict[str, str],
         shape = need.get(name) or maybe[name]
         if tuple(w.shape) != shape:
             raise ModelError(f"{origin[name]}: shape {list(w.shape)}, but the config implies {list(shape)}")
+    for i in cfg.attention_layers:
+        # q, k and v are one fused projection: their biases come as a set or not at all
+        qkv = [f"layers.{i}.self_attn.{p}.bias" for p in ("q_proj", "k_proj", "v_proj")]
+        present = [n for n in qkv if n in weights]
+        if present and len(present) != 3:
+            missing = ", ".join(n for n in qkv if n not in weights)
+            raise ModelError(f"{origin[present[0]]}: an attention bias without the others ({missing} missing)")
     return dropped
+
+
+def check_tokenizer(tok: Tokenizer, cfg: ModelConfig, source: str) -> None:
+    """Every id the tokenizer can produce, and every stop id, must be a row of the embedding."""
+    if tok.max_id >= cfg.vocab:
+        raise ModelError(f"{source}: the tokenizer has token id {tok.max_id} but the model's vocabulary is {cfg.vocab}")
+    bad = sorted(i for i in tok.eos_ids if not 0 <= i < cfg.vocab)
+    if bad:
+        raise ModelError(f"{source}: end-of-sequence id {bad[0]} is outside the model's vocabulary "
+                         f"(0..{cfg.vocab - 1})")

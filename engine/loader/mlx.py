@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import Fields, shown
 from ..errors import ModelError
 from ..weights import Affine
 from .safetensors_io import FLOATS, Checkpoint
@@ -15,14 +16,13 @@ BITS = (2, 4, 8)  # widths whose codes never straddle a 32-bit word
 class Quantization:
     bits: int
     group: int
-    overrides: dict[str, dict] = field(default_factory=dict)  # module path → {"bits", "group_size"}
+    overrides: dict[str, tuple[int, int]] = field(default_factory=dict)  # module path → (bits, group size)
 
     def label(self) -> str:
         return f"{self.bits}-bit g{self.group}"
 
     def module(self, path: str) -> tuple[int, int]:
-        o = self.overrides.get(path) or {}
-        return int(o.get("bits", self.bits)), int(o.get("group_size", self.group))
+        return self.overrides.get(path, (self.bits, self.group))
 
 
 def quantization(raw: dict, names: list[str], config_path: Path) -> Quantization | None:
@@ -31,7 +31,7 @@ def quantization(raw: dict, names: list[str], config_path: Path) -> Quantization
     if q is None:
         qc = raw.get("quantization_config")
         if isinstance(qc, dict) and qc.get("quant_method"):
-            raise ModelError(f"{config_path}: quantization method {qc['quant_method']!r} is not supported "
+            raise ModelError(f"{config_path}: quantization method {shown(qc['quant_method'])} is not supported "
                              f"(MLX affine or unquantized only)")
         if any(n.endswith(".scales") for n in names):
             raise ModelError(f"{config_path}: the tensors are quantized (.scales) but there is no 'quantization' entry")
@@ -39,20 +39,19 @@ def quantization(raw: dict, names: list[str], config_path: Path) -> Quantization
     if not isinstance(q, dict):
         raise ModelError(f"{config_path}: 'quantization' must be an object")
     if q.get("mode", "affine") != "affine":
-        raise ModelError(f"{config_path}: MLX quantization mode {q['mode']!r} is not supported (affine only)")
-    try:
-        spec = Quantization(int(q.get("bits", 4)), int(q.get("group_size", 64)),
-                            {k: v for k, v in q.items() if isinstance(v, dict)})
-        widths = [spec.bits] + [spec.module(k)[0] for k in spec.overrides]
-        groups = [spec.group] + [spec.module(k)[1] for k in spec.overrides]
-    except (TypeError, ValueError) as e:
-        raise ModelError(f"{config_path}: bad 'quantization' entry ({e})") from None
-    if any(b not in BITS for b in widths):
-        raise ModelError(f"{config_path}: {sorted(set(widths) - set(BITS))}-bit quantization is not supported "
+        raise ModelError(f"{config_path}: MLX quantization mode {shown(q['mode'])} is not supported (affine only)")
+    top = _widths(Fields(q, str(config_path), "quantization."), (4, 64))
+    overrides = {k: _widths(Fields(v, str(config_path), f"quantization.{k}."), top)
+                 for k, v in q.items() if isinstance(v, dict)}
+    return Quantization(*top, overrides)
+
+
+def _widths(f: Fields, default: tuple[int, int]) -> tuple[int, int]:
+    bits, group = f.int("bits", default[0], lo=1, hi=64), f.int("group_size", default[1], lo=1, hi=1 << 16)
+    if bits not in BITS:
+        raise ModelError(f"{f.source}: {bits}-bit quantization ({f.prefix}bits) is not supported "
                          f"(bits: {', '.join(map(str, BITS))})")
-    if any(g <= 0 for g in groups):
-        raise ModelError(f"{config_path}: group sizes must be positive")
-    return spec
+    return bits, group
 
 
 def affine(ckpt: Checkpoint, module: str, parts: dict[str, str], q: Quantization) -> Affine:

@@ -5,7 +5,6 @@ then the data. Tensors come back as read-only numpy views of one memory map (no 
 """
 from __future__ import annotations
 
-import json
 import math
 import mmap
 import struct
@@ -14,6 +13,8 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from .. import jsonfile
+from ..config import read_json, shown
 from ..errors import ModelError
 
 DTYPES: dict[str, np.dtype] = {
@@ -25,6 +26,7 @@ DTYPES: dict[str, np.dtype] = {
 }
 FLOATS = ("F64", "F32", "F16", "BF16")
 MAX_HEADER = 100 * 1024 * 1024  # the format's own limit; a larger length means a corrupt file
+MAX_DIMS = 8  # no weight has more; numpy itself stops at 64
 
 
 class SafetensorsFile:
@@ -47,12 +49,14 @@ class SafetensorsFile:
         except OSError as e:
             raise ModelError(f"{self.path}: cannot read ({e.strerror or e})") from None
         try:
-            header = json.loads(raw)
-        except (UnicodeDecodeError, ValueError) as e:
+            header = jsonfile.loads(raw, max_bytes=MAX_HEADER)
+        except ValueError as e:
             raise ModelError(f"{self.path}: header is not valid JSON ({e})") from None
         if not isinstance(header, dict):
             raise ModelError(f"{self.path}: header is not a JSON object")
         self.metadata = header.pop("__metadata__", None) or {}
+        if not isinstance(self.metadata, dict):
+            raise ModelError(f"{self.path}: header __metadata__ is not an object")
         self._start = 8 + hlen
         self._data_size = size - self._start
         self.entries: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
@@ -64,13 +68,15 @@ class SafetensorsFile:
         if not isinstance(info, dict):
             raise ModelError(f"{where}: header entry is not an object")
         dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-        if dtype not in DTYPES:
-            raise ModelError(f"{where}: unknown dtype {dtype!r}")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise ModelError(f"{where}: bad shape {shape!r}")
+        if not isinstance(dtype, str) or dtype not in DTYPES:
+            raise ModelError(f"{where}: unknown dtype {shown(dtype)}")
+        if (not isinstance(shape, list) or len(shape) > MAX_DIMS
+                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+            raise ModelError(f"{where}: bad shape {shown(shape)}")
         if (not isinstance(offsets, list) or len(offsets) != 2
-                or not all(isinstance(o, int) for o in offsets) or not 0 <= offsets[0] <= offsets[1]):
-            raise ModelError(f"{where}: bad data_offsets {offsets!r}")
+                or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+                or not 0 <= offsets[0] <= offsets[1]):
+            raise ModelError(f"{where}: bad data_offsets {shown(offsets)}")
         begin, end = offsets
         if end > self._data_size:
             raise ModelError(f"{where}: data ends at byte {end} but the file has only {self._data_size} "
@@ -104,12 +110,14 @@ class Checkpoint:
         index = folder / "model.safetensors.index.json"
         self.where: dict[str, SafetensorsFile] = {}
         if index.is_file():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-                if not isinstance(weight_map, dict):
-                    raise TypeError("weight_map is not an object")
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                raise ModelError(f"{index}: not a readable shard index ({e})") from None
+            weight_map = read_json(index).get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise ModelError(f"{index}: not a shard index (no weight_map object)")
+            for name, file in weight_map.items():
+                # a shard is a file of this folder: never a path that leads out of it
+                if not isinstance(file, str) or Path(file).name != file or not file.endswith(".safetensors"):
+                    raise ModelError(f"{index}: weight_map entry {shown(name)} names {shown(file)}, "
+                                     f"not a .safetensors file of this folder")
             shards = {f: SafetensorsFile(folder / f) for f in sorted(set(weight_map.values()))}
             for name, file in weight_map.items():
                 if name not in shards[file].entries:

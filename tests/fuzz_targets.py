@@ -1,0 +1,373 @@
+"""The targets of `make fuzz` (tests/fuzz.py): each maker writes one mutated case under a folder and
+returns a Case whose `run` exercises a public entry point the way the app or the CLI does.
+
+`run` returns "valid" when the input was accepted and worked; it raises a LanechatError or
+FormatError for a clean refusal; anything else it raises is a bug the runner counts. A case with
+`must_refuse` is wrong if it is accepted (NaN temperature, a write to /dev/full).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import ckpt
+import fuzz_files as ff
+
+from engine.errors import LanechatError
+
+
+@dataclass
+class Case:
+    target: str
+    what: str
+    run: Callable[[], str]
+    folder: Path
+    must_refuse: bool = False
+
+
+class BugError(Exception):
+    """A stream failed with a Python exception inside the engine (its Failed message says so)."""
+
+
+# --- bases, written once per run ---------------------------------------------------------------
+
+def write_bases(root: Path) -> dict[str, Path]:
+    root.mkdir(parents=True)
+    bases: dict[str, Path] = {}
+    for name, cfg, q in (("llama-q4_1", ckpt.tiny_llama_config(), "Q4_1"),
+                         ("qwen3-q8_0", ckpt.tiny_qwen3_config(), "Q8_0"),
+                         ("llama-f16", ckpt.tiny_llama_config(), "F16")):
+        bases["gguf/" + name] = root / f"{name}.gguf"
+        ckpt.write_gguf(bases["gguf/" + name], cfg, qtype=q)
+    for name, cfg in (("llama", ckpt.tiny_llama_config()), ("qwen3", ckpt.tiny_qwen3_config()),
+                      ("qwen3_5", ckpt.tiny_qwen3_5_config()), ("qwen3_5_moe", ckpt.tiny_qwen3_5_moe_config())):
+        bases["hf/" + name] = root / f"hf-{name}"
+        ckpt.write_hf(bases["hf/" + name], cfg)
+    for name, cfg, bits in (("qwen3_5-4bit", ckpt.tiny_qwen3_5_config(), 4),
+                            ("llama-8bit", ckpt.tiny_llama_config(), 8)):
+        bases["mlx/" + name] = root / f"mlx-{name}"
+        ckpt.write_mlx(bases["mlx/" + name], cfg, bits=bits)
+    return bases
+
+
+def run_model(path: Path) -> str:
+    """Load, describe, plan and generate two tokens on the numpy backend, as the app would."""
+    from engine import EngineSettings, SamplingParams, describe_model, plan
+    from engine.engine import Runner, run_to_end
+    from engine.events import Failed
+    s = EngineSettings(model=str(path), backend="numpy", parallel=1, context=256, paging="off", memory_gib=0.25)
+    describe_model(str(path))
+    p = plan(s)
+    if not p.fits:
+        raise LanechatError(p.error)
+    runner = Runner(s, log=lambda m: None)
+    seq = runner.sequence(1, s, [{"role": "user", "content": "hi"}], SamplingParams(temperature=0, max_tokens=2),
+                          lambda e: None)
+    end = run_to_end(runner.scheduler(s), [seq])[1]
+    if isinstance(end, Failed):
+        raise (BugError if end.message.startswith("engine error") else LanechatError)(end.message)
+    return "valid"
+
+
+# --- model files -------------------------------------------------------------------------------
+
+def gguf_case(rng: random.Random, bases: dict, folder: Path) -> Case:
+    src = bases[rng.choice([k for k in bases if k.startswith("gguf/")])]
+    dst = folder / "model.gguf"
+    what = ff.mutate_gguf(rng, src, dst)
+    return Case("gguf", f"{src.name}: {what}", lambda: run_model(dst), folder)
+
+
+HF_FOCUS = [("num_hidden_layers",), ("vocab_size",), ("num_attention_heads",), ("num_key_value_heads",),
+            ("hidden_size",), ("head_dim",), ("rope_theta",), ("max_position_embeddings",), ("rms_norm_eps",),
+            ("tie_word_embeddings",), ("intermediate_size",), ("model_type",), ("rope_parameters",),
+            ("text_config", "layer_types"), ("text_config", "layer_types", 0), ("text_config", "num_hidden_layers"),
+            ("text_config", "linear_num_value_heads"), ("text_config", "linear_conv_kernel_dim"),
+            ("text_config", "num_experts"), ("text_config", "num_experts_per_tok"),
+            ("text_config", "rope_parameters", "partial_rotary_factor"), ("text_config", "full_attention_interval"),
+            ("text_config", "mtp_num_hidden_layers"), ("quantization", "bits"), ("quantization", "group_size"),
+            ("quantization", "mode"), ("text_config",), ("quantization",)]
+TOKENIZER_FOCUS = [("chat_template",), ("eos_token",), ("bos_token",), ("eos_token", "content")]
+
+
+def folder_case(rng: random.Random, bases: dict, folder: Path, kind: str) -> Case:
+    key = rng.choice([k for k in bases if k.startswith(kind + "/")])
+    model = folder / "model"
+    shutil.copytree(bases[key], model)
+    what = _mutate_folder(rng, model)
+    return Case(kind, f"{key}: {what}", lambda: run_model(model), folder)
+
+
+def _mutate_folder(rng: random.Random, model: Path) -> str:
+    r = rng.random()
+    if r < 0.35:
+        return "config.json " + _edit_json(rng, model / "config.json", HF_FOCUS)
+    if r < 0.45:
+        return "tokenizer_config.json " + _edit_json(rng, model / "tokenizer_config.json", TOKENIZER_FOCUS)
+    if r < 0.55:
+        gen = {"bos_token_id": 1, "eos_token_id": rng.choice([[[2]], None, 2.0, -1, [2, "x"], 10**9, [True], "2",
+                                                              list(range(5000)), {"id": 2}])}
+        (model / "generation_config.json").write_text(json.dumps(gen))
+        return f"generation_config eos_token_id = {ff._short(gen['eos_token_id'])}"
+    if r < 0.6:
+        cfg = json.loads((model / "config.json").read_text())
+        (cfg.get("text_config") or cfg)["num_hidden_layers"] = 2_000_000
+        (model / "config.json").write_text(json.dumps(cfg))
+        (model / "generation_config.json").write_text(json.dumps({"eos_token_id": list(range(2_000_000))}))
+        return "num_hidden_layers 2,000,000 and a 20 MB generation_config"
+    if r < 0.75:
+        return "model.safetensors " + ff.mutate_safetensors(rng, model / "model.safetensors")
+    if r < 0.8:
+        (model / "model.safetensors.index.json").write_text(json.dumps(
+            {"weight_map": rng.choice([{"model.norm.weight": "../../etc/passwd"}, [], {"x": 1},
+                                       {"model.norm.weight": "missing.safetensors"}])}))
+        return "a lying shard index"
+    name = rng.choice([n for n in ("config.json", "tokenizer_config.json", "generation_config.json", "tokenizer.json")
+                       if (model / n).is_file()])
+    data, what = ff.mutate_json_text(rng, (model / name).read_text())
+    (model / name).write_bytes(data)
+    return f"{name} {what}"
+
+
+def _edit_json(rng: random.Random, path: Path, focus: list[tuple]) -> str:
+    obj = json.loads(path.read_text())
+    what = ff.mutate_json_value(rng, obj, focus)
+    path.write_text(ff.dump(obj))
+    return what
+
+
+# --- chat templates ----------------------------------------------------------------------------
+
+SENTINEL = "/tmp/lanechat-fuzz-pwned"
+TEMPLATES = [
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "{{ ' ' * 10**9 | center }}", "{{ (' ' * 10**8) * 20 }}", "{{ 'x' | center(10**9) }}",
+    "{{ '(' * 10000 }}", "{{ " + "(" * 10_000 + "1" + ")" * 10_000 + " }}",
+    "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ cycler.__init__.__globals__.os.system('touch " + SENTINEL + "') }}",
+    "{{ lipsum.__globals__['os'].popen('touch " + SENTINEL + "').read() }}",
+    "{{ joiner.__init__.__globals__ }}", "{{ self.__dict__ }}", "{{ namespace.__init__.__globals__ }}",
+    "{{ messages.__class__.__base__.__subclasses__() }}", "{% include 'x' %}", "{% extends 'base' %}",
+    "{% import 'os' as os %}", "{{ raise_exception('line one\\nline two\\n\\tthree') }}",
+    "{{ messages | tojson(indent=10**8) }}", "{{ '%999999999d' | format(1) }}", "{{ 'a b' | indent(10**9) }}",
+    "{{ 'x' | wordwrap(1) * 1000 }}", "{{ strftime_now('%Y' * 1000000) }}", "{{ range(10**9) | list }}",
+    "{{ 10 ** 10 ** 10 ** 10 }}", "{% for %}", "{{ messages[0]['content'] + 1 }}", "{{ bos_token }}{{ undefined.x }}",
+    "{% for m in messages %}{{ m['role'] }}{{ m['content'] }}{% endfor %}", ckpt.CHAT_TEMPLATE, "",
+]
+
+
+def template_case(rng: random.Random, bases: dict, folder: Path) -> Case:
+    if rng.random() < 0.6:
+        template = rng.choice(TEMPLATES)
+        what = ff._short(template)
+    else:  # a real template with a few characters changed
+        chars = list(ckpt.CHAT_TEMPLATE)
+        for _ in range(rng.randint(1, 6)):
+            chars[rng.randrange(len(chars))] = rng.choice("{}%()[]'\"|.~ x")
+        template, what = "".join(chars), "mangled SmolLM2 template"
+    where = rng.choice(["tokenizer_config", "jinja", "list", "gguf"])
+    if where == "gguf":
+        kvs, tensors = ff.read_gguf(bases["gguf/llama-q4_1"])
+        kvs = [kv for kv in kvs if kv.key != "tokenizer.chat_template"]
+        kvs.append(ff.KV("tokenizer.chat_template", ff.STR, template))
+        path = folder / "model.gguf"
+        ff.write_gguf(path, kvs, tensors)
+
+        def load():
+            from engine.loader import gguf
+            return gguf.tokenizer(path)
+    else:
+        path = folder / "tok"
+        path.mkdir()
+        ckpt.write_tokenizer(path, chat_template=None if where == "jinja" else template)
+        if where == "jinja":
+            (path / "chat_template.jinja").write_text(template)
+        if where == "list":
+            tc = json.loads((path / "tokenizer_config.json").read_text())
+            tc["chat_template"] = [{"name": "default", "template": template}, rng.choice([{"name": 1}, "x", None])]
+            (path / "tokenizer_config.json").write_text(json.dumps(tc))
+
+        def load():
+            from engine.tokenizer import Tokenizer
+            return Tokenizer.from_folder(path)
+
+    def run() -> str:
+        try:
+            load().encode_chat([{"role": "system", "content": "sys"}, {"role": "user", "content": "hi \ud800"}],
+                               limit=4096)  # as the engine asks: the tokens its context can take
+        except LanechatError as e:
+            if "\n" in str(e):
+                raise BugError(f"a refusal of several lines: {str(e)[:80]!r}") from None
+            raise
+        finally:
+            if os.path.exists(SENTINEL):
+                os.unlink(SENTINEL)
+                raise BugError("the template ran code outside the sandbox")
+        return "valid"
+    return Case("template", f"{where}: {what}", run, folder)
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+REQUEST_VALUES = {
+    "temperature": [math.nan, math.inf, -1.0, -0.0, 1e9, "0.5", None, True, 0.0, 0.7],
+    "top_p": [0.0, 1.5, math.nan, -0.1, 1, 0.9, "1", None],
+    "top_k": [-1, 10**20, 1.5, "4", None, 0, 40],
+    "max_tokens": [0, -1, 10**12, 2.5, "3", None, 2],
+    "seed": [-1, 2**64, 2**70, "1", 1.0, None, 7],
+    "stop": [[1], "x", [""], ["a"] * 1000, None, ["\n"], [["x"]]],
+    "ignore_eos": ["yes", 1, None, True],
+}
+MESSAGES = [
+    "not a list", [{"role": "user"}], [{"role": "user", "content": 5}], [{"content": "x"}], [["user", "x"]],
+    [{"role": "user", "content": "lone \ud800 surrogate"}], [{"role": "user", "content": os.fsdecode(b"bad \xff\xfe")}],
+    [{"role": "user", "content": "x" * 200_000}], [], [{"role": "user", "content": "hi"}],
+    [{"role": "system", "content": "\udcff" * 10}, {"role": "user", "content": "hi"}], None,
+]
+PROMPT_IDS = [[-1], [10**9], [1.5], ["1"], [], [True], None, [1, 2, 3], list(range(300)), [2**63]]
+
+
+def request_case(rng: random.Random, runner, settings, folder: Path) -> Case:
+    from engine import SamplingParams
+    from engine.settings import SamplingParams as SP
+    kw = {k: v for k, v in SP().__dict__.items()}
+    kw.update(temperature=0.0, max_tokens=2)
+    changed = rng.sample(sorted(REQUEST_VALUES), rng.randint(0, 2))
+    for k in changed:
+        kw[k] = rng.choice(REQUEST_VALUES[k])
+    params = SamplingParams(**{k: v for k, v in kw.items() if v is not None})
+    bad = [k for k in changed if not _fine(k, kw[k])]
+    messages, ids = rng.choice(MESSAGES), None
+    if rng.random() < 0.3:
+        ids, messages = rng.choice(PROMPT_IDS), None
+    bad_input = (ids is not None and not _fine_ids(ids)) or (ids is None and not _fine_messages(messages))
+    what = f"sampling {', '.join(f'{k}={ff._short(kw[k])}' for k in changed) or 'plain'}; " + (
+        f"prompt_ids {ff._short(ids)}" if ids is not None else f"messages {ff._short(messages)}")
+
+    def run() -> str:
+        from engine.engine import run_to_end
+        from engine.events import Failed
+        seq = runner.sequence(1, settings, messages, params, lambda e: None, ids)
+        end = run_to_end(runner.scheduler(settings), [seq])[1]
+        if isinstance(end, Failed):
+            raise (BugError if end.message.startswith("engine error") else LanechatError)(end.message)
+        return "valid"
+    return Case("request", what, run, folder, must_refuse=bool(bad) or bad_input)
+
+
+def _fine(key: str, value) -> bool:
+    if value is None:
+        return True  # left at its default
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return {"temperature": number and 0 <= value <= 100, "top_p": number and 0 < value <= 1,
+            "top_k": isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31,
+            "max_tokens": isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 2**24,
+            "seed": isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64,
+            "stop": isinstance(value, list) and len(value) <= 16 and all(isinstance(s, str) and s for s in value),
+            "ignore_eos": isinstance(value, bool)}[key]
+
+
+def _fine_ids(ids) -> bool:
+    return bool(ids) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 320 for t in ids) \
+        and len(ids) < 64
+
+
+def _fine_messages(messages) -> bool:
+    return isinstance(messages, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                              and isinstance(m.get("content"), str) for m in messages) \
+        and sum(len(m["content"]) for m in messages) < 20
+
+
+# --- the command line --------------------------------------------------------------------------
+
+CLI_BAD = {
+    "--prompt-ids": ["a,b", "1.5", "", "-1", "99999999999999999999", "1,,x", "1;2"],
+    "--prompt-lengths": ["abc", "0", "-5", "1e3", ""],
+    "--streams": ["0", "x", "100000"],
+    "--memory-gib": ["nan", "inf", "-1", "0", "1e300", "-inf", "x"],
+    "--prefill-chunk": [str(2**30), "0", "3", "-8", "x", "1e9"],
+    "--parallel": ["0", str(10**9), "x", "-1", "1.5"],
+    "--context": ["0", "15", str(2**40), "x"],
+    "--kv-pages": ["0", "17", str(2**40), "x"],
+    "--temperature": ["nan", "-1", "inf", "x"],
+    "--top-p": ["0", "2", "nan", "-0.5"],
+    "--top-k": ["-1", "x", "1.5"],
+    "--seed": ["-1", str(2**70), "x"],
+    "--max-tokens": ["0", "-1", str(10**20), "x"],
+    "--prompt": [os.fsdecode(b"\xff\xfe bad"), "\ud800"],
+    "--system": [os.fsdecode(b"caf\xe9")],
+}
+
+
+def cli_case(rng: random.Random, bases: dict, folder: Path, tiny: str) -> Case:
+    cmd = rng.choice(["generate", "logits", "plan", "bench"])
+    out = folder / "l.npy"
+    argv = {"generate": ["generate", "--model", tiny, "--prompt", "hi", "--max-tokens", "2", "--context", "256"],
+            "logits": ["logits", "--model", tiny, "--prompt-ids", "1,2,3", "--out", str(out), "--context", "256"],
+            "plan": ["plan", "--model", tiny, "--context", "256"],
+            "bench": ["bench", "--synthetic", "tiny-llama", "--prompt-lengths", "8", "--streams", "1",
+                      "--decode-tokens", "2", "--parallel", "1", "--context", "64"]}[cmd]
+    argv += [] if cmd == "plan" else ["--backend", "numpy"]
+    allowed = {"generate": ["--memory-gib", "--prefill-chunk", "--parallel", "--context", "--kv-pages", "--temperature",
+                            "--top-p", "--top-k", "--seed", "--max-tokens", "--prompt", "--system"],
+               "logits": ["--prompt-ids", "--memory-gib", "--prefill-chunk", "--parallel", "--context", "--kv-pages"],
+               "plan": ["--memory-gib", "--prefill-chunk", "--parallel", "--context", "--kv-pages"],
+               "bench": ["--prompt-lengths", "--streams", "--memory-gib", "--prefill-chunk"]}[cmd]
+    must_refuse, what = False, f"{cmd} as it is"
+    r = rng.random()
+    if r > 0.95:
+        pass
+    elif cmd == "plan" and r < 0.3:  # a mutated Hugging Face config.json, read without any weights
+        key = rng.choice([k for k in bases if k.startswith(("hf/", "mlx/"))])
+        config = folder / "config.json"
+        shutil.copy(bases[key] / "config.json", config)
+        what = f"plan --config {key} " + _edit_json(rng, config, HF_FOCUS)
+        argv = ["plan", "--config", str(config), "--context", "256"]
+    elif r < 0.7:
+        flag = rng.choice(allowed)
+        value = rng.choice(CLI_BAD[flag])
+        argv, must_refuse = _set_flag(argv, flag, value), True
+        what = f"{cmd} {flag} {value!r}"
+    elif r < 0.85 and cmd == "logits":
+        dest = rng.choice([str(folder / "missing" / "l.npy"), "/dev/full", str(folder), ""])
+        argv, must_refuse = _set_flag(argv, "--out", dest), True
+        what = f"logits --out {dest!r}"
+    elif r < 0.95:
+        model = rng.choice([str(folder / "nothing"), "/dev/null", str(folder), "synthetic:nope", ""])
+        argv, must_refuse = _set_flag(argv, "--model", model), cmd != "bench"
+        what = f"{cmd} --model {model!r}"
+
+    def run() -> str:
+        from engine.__main__ import main
+        err = folder / "stderr"
+        with open(err, "w") as f, open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            os.dup2(f.fileno(), 2)
+            rc = main(argv)
+        text = err.read_text(errors="replace")
+        if "Traceback" in text:
+            raise BugError(f"traceback on stderr (rc {rc}): {text.strip().splitlines()[-1][:120]}")
+        if rc == 0:
+            return "valid"
+        errors = [ln for ln in text.splitlines() if ln.startswith("error: ")]
+        if rc != 2 or len(errors) != 1:
+            raise BugError(f"rc {rc} with {len(errors)} error lines: {text[:120]!r}")
+        raise LanechatError(errors[0])
+    return Case("cli", what, run, folder, must_refuse)
+
+
+def _set_flag(argv: list[str], flag: str, value: str) -> list[str]:
+    argv = list(argv)
+    if flag in argv:
+        argv[argv.index(flag) + 1] = value
+    else:
+        argv += [flag, value]
+    return argv
