@@ -201,11 +201,16 @@ class ChatTab(QWidget):
             self.bridge.cancel(self.reply.ticket)
 
     def set_engine(self, engine_id: str) -> None:
-        """Let this computer or a remote engine write the next replies (not while one is written)."""
-        if self.engines is None or self.generating:
+        """Let this computer or a remote engine write the next replies. The picker is disabled while
+        a reply is written; a remote removed meanwhile stops that reply, which keeps its text."""
+        if self.engines is None:
             return
+        if self.generating:
+            self.stop()
         self.bridge = self.engines.get(engine_id)
         self.conversation.engine = self.engines.id_of(self.bridge)
+        if self.engine_picker is not None:
+            self.engine_picker.show_engine(self.conversation.engine)
         self.save()
         self.engine_changed.emit()
 

@@ -26,6 +26,11 @@ class EnginePicker(QComboBox):
     def current(self) -> str:
         return self._current
 
+    def show_engine(self, engine_id: str) -> None:
+        """Show the tab's engine (picked elsewhere) without reporting it as picked."""
+        self._current = engine_id
+        self.setCurrentIndex(self.findData(engine_id))
+
     def _fill(self) -> None:
         self.blockSignals(True)
         self.clear()

@@ -25,6 +25,7 @@ class EnginesDialog(QDialog):
         self.server = copy.deepcopy(connections.server)
         self._listing: asyncio.Future | None = None
         self._loading = False  # True while the form is filled from a remote (not an edit)
+        self._key_fresh = False  # a key made in this dialog, shown until it closes
 
         # Remote engines
         self.list = QListWidget()
@@ -188,8 +189,8 @@ class EnginesDialog(QDialog):
     def _make_key(self) -> None:
         self.server.api_key = new_api_key()
         self.key_shown.setText(self.server.api_key)
-        self.key_shown.setVisible(True)
         self.key_shown.selectAll()
+        self._key_fresh = True
         self._server_changed()
 
     def _server_changed(self) -> None:
@@ -201,14 +202,14 @@ class EnginesDialog(QDialog):
         self.port.setEnabled(s.enabled)
         self.lan.setEnabled(s.enabled)
         self.new_key.setVisible(s.enabled and s.lan)
-        self.key_shown.setVisible(self.key_shown.isVisible() and s.lan)
+        self.key_shown.setVisible(self._key_fresh and s.enabled and s.lan)
         if not s.enabled:
             text = "Off. When on, editors, agents and scripts use the model loaded here, as more streams."
         else:
             text = f"Other programs on this computer reach it at http://127.0.0.1:{s.port}/v1"
             if s.lan:
                 text += f"; other computers at http://<this computer>:{s.port}/v1 with the API key"
-                if self.key_shown.isVisible():
+                if self._key_fresh:
                     text += " above — copy it now: it is shown only this once"
         self.server_note.setText(text + ".")
 

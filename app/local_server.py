@@ -65,4 +65,4 @@ class LocalServer(QObject):
         elif b.state == "failed":
             slot.clear(f"no model is loaded: {b.error}")
         else:
-            slot.clear("the engine is stopped")
+            slot.clear("the engine stopped (new settings are being applied, or the app is closing)")

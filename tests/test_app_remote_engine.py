@@ -183,3 +183,29 @@ def test_a_remote_tab_works_without_a_local_model(qtbot, run_async, app_home, se
     assert reply.error is None and reply.tokens == 30 and reply.tok_s and reply.text == server_reply(server, 30)
     assert tab.conversation.model == "tiny-llama"
     window.close()
+    again = create_window()
+    qtbot.addWidget(again)
+    restored = again.current_tab()
+    assert restored.conversation.id == tab.conversation.id and isinstance(restored.bridge, RemoteEngine)
+    assert restored.engine_picker.currentText() == "Box"
+    again.close()
+
+
+def test_removing_a_remote_mid_reply_stops_it_and_the_tab_goes_back_to_this_computer(
+        qtbot, run_async, app_home, app_model, server):
+    save_connections(Connections([RemoteConfig(id="box3", name="Box", base_url=server.url, model=server.model)]))
+    save_settings(EngineSettings(model=app_model, backend="numpy", context=512,
+                                 sampling=SamplingParams(temperature=0, max_tokens=4000, ignore_eos=True)))
+    window = create_window()
+    qtbot.addWidget(window)
+    window.show()
+    tab = window.current_tab()
+    tab.set_engine("box3")
+    send(qtbot, tab, "hello there")
+    reply = tab.conversation.messages[-1]
+    qtbot.waitUntil(lambda: bool(reply.text), timeout=30000)
+    window.apply_connections(Connections())
+    qtbot.waitUntil(lambda: not tab.generating, timeout=10000)
+    assert reply.interrupted and reply.text and reply.error is None
+    assert tab.bridge is window.bridge and tab.conversation.engine == "" and tab.engine_picker.currentIndex() == 0
+    window.close()
