@@ -4,8 +4,9 @@ load submitted in-process, for N in --streams (default 1, 4, 8, 16).
 Each request has its own prompt and runs greedy with ignore_eos for --max-tokens tokens, so
 every reply is known in advance: the in-process run gives it, and each HTTP reply must equal its
 own (nothing lost, duplicated or mixed up). The server is `python -m engine serve` in a child
-process with the same settings, the client (httpx) this process. Every cell runs once short to
-warm up (CUDA graphs are captured per batch size), then measured. Aggregate tok/s = completion
+process with the same settings, the client (httpx) this process, whose own engine idles while
+the HTTP cells run; the two alternate cell by cell. Every cell runs once short to warm up (CUDA
+graphs are captured per batch size), then measured. Aggregate tok/s = completion
 tokens / wall time from the first request sent to the last reply done; TTFT = request sent to
 its first text.
 """
@@ -190,20 +191,20 @@ def main(a: argparse.Namespace, settings: EngineSettings) -> int:
     engine = Engine(settings, log=lambda m: print(m, file=sys.stderr))
     engine.start()
     info = engine.info
-    local = []
-    for n in counts:
-        run_engine(engine, n, WARMUP_TOKENS)
-        local.append(run_engine(engine, n, a.max_tokens))
-    engine.shutdown()
-    proc, url, model = start_server(settings, max(counts) + 1)
+    local, remote = [], []
     try:
-        remote = []
-        for n in counts:
-            asyncio.run(run_http(url, model, n, WARMUP_TOKENS))
-            remote.append(asyncio.run(run_http(url, model, n, a.max_tokens)))
+        proc, url, model = start_server(settings, max(counts) + 1)
+        try:
+            for n in counts:  # in-process and HTTP cell by cell, so a busy machine skews both alike
+                run_engine(engine, n, WARMUP_TOKENS)
+                asyncio.run(run_http(url, model, n, WARMUP_TOKENS))
+                local.append(run_engine(engine, n, a.max_tokens))
+                remote.append(asyncio.run(run_http(url, model, n, a.max_tokens)))
+        finally:
+            proc.terminate()
+            proc.wait()
     finally:
-        proc.terminate()
-        proc.wait()
+        engine.shutdown()
     print(f"bench-serve: {info.model_name} · {info.backend} · {info.device} · parallel {info.parallel} · "
           f"{a.max_tokens} tokens per request, greedy · client in this process, server in a child")
     print("\n".join(table(local, remote)))
