@@ -184,6 +184,7 @@ def error_of(resp: httpx.Response, status: int) -> dict:
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', "messages[0].content"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "messages[0].content[0]"),
     ({"messages": HELLO, "temperature": "hot"}, "temperature"),
@@ -205,7 +206,8 @@ def test_bad_requests_get_a_400_naming_the_field(server, body, param):
 
 def test_bad_completion_requests(server):
     for body, param in [({"prompt": ""}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": 3}, "prompt"),
-                        ({"prompt": "x", "echo": True}, "echo"), ({"prompt": "x", "logprobs": 2}, "logprobs")]:
+                        ({"prompt": "x", "echo": True}, "echo"), (b'{"prompt": "a\\udfff"}', "prompt"),
+                        ({"prompt": "x", "logprobs": 2}, "logprobs")]:
         assert error_of(post(server, body, "/v1/completions"), 400)["param"] == param
 
 

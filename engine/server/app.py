@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from ..engine import Engine
-from ..errors import ContextLengthError, RequestError
+from ..errors import ContextLengthError, LanechatError
 from ..events import Failed, Finished, Started, Token
 from .protocol import ApiError, Job, bad, parse_chat, parse_completion, unavailable
 from .responses import DONE, Shape, error_event
@@ -80,6 +80,10 @@ class OpenAIServer:
             code = "unknown_url" if e.status == 404 else None
             msg = f"{e.reason}: {request.method} {request.path}"
             return json_response(ApiError(e.status, msg, code=code).body(), e.status)
+        except Exception as e:  # a bug must still answer in JSON, and the others keep being served
+            log.exception("request failed")
+            error = ApiError(500, f"internal error: {type(e).__name__}: {e}", type="server_error")
+            return json_response(error.body(), 500)
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -174,6 +178,7 @@ class OpenAIServer:
         def submit() -> int:
             ids = job.prompt_ids if job.prompt is None else engine.encode(job.prompt)
             return engine.submit(job.messages, job.sampling, on_event=stream.push, prompt_ids=ids)
+
         def cancel_late(f: asyncio.Future) -> None:
             if f.exception() is None:
                 engine.cancel(f.result())
@@ -185,7 +190,7 @@ class OpenAIServer:
             raise
         except ContextLengthError as e:
             raise bad(str(e), "messages" if job.kind == "chat" else "prompt", "context_length_exceeded") from None
-        except RequestError as e:
+        except LanechatError as e:  # refused before any work: a token id, the chat template, ...
             raise bad(str(e)) from None
 
     @staticmethod

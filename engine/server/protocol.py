@@ -85,7 +85,7 @@ def parse_completion(body: Any, defaults: SamplingParams, context: int) -> Job:
     if isinstance(prompt, str):
         if not prompt:
             raise bad("prompt must not be empty", "prompt")
-        job.prompt = prompt
+        job.prompt = _utf8(prompt, "prompt")
     elif isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
         job.prompt_ids = [int(t) for t in prompt]
     elif isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
@@ -134,7 +134,16 @@ def _message(m: Any, i: int) -> dict[str, str]:
         content = "".join(_text_part(p, f"{where}.content[{j}]") for j, p in enumerate(content))
     elif not isinstance(content, str):
         raise bad(f"{where}.content must be a string or an array of text parts", f"{where}.content")
-    return {"role": ROLES[role], "content": content}
+    return {"role": ROLES[role], "content": _utf8(content, f"{where}.content")}
+
+
+def _utf8(text: str, where: str) -> str:
+    """JSON may escape lone surrogates (\\ud800), which no tokenizer takes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad(f"{where} is not valid Unicode text (a lone surrogate)", where) from None
+    return text
 
 
 def _text_part(part: Any, where: str) -> str:
@@ -218,6 +227,7 @@ def _stop(stop: Any) -> list[str]:
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
         raise bad("stop must be a string or an array of strings", "stop")
+    stop = [_utf8(s, "stop") for s in stop]
     if len(stop) > MAX_STOP:
         raise bad(f"stop takes at most {MAX_STOP} strings", "stop")
     return [s for s in stop if s]
