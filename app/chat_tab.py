@@ -19,6 +19,8 @@ from .chat_view import ChatView, centered
 from .composer import Composer
 from .conversation import Conversation, Message
 from .engine_bridge import EngineBridge, Ticket
+from .engine_picker import EnginePicker
+from .engines import EngineChoices, TabEngine
 from .message_view import MessageWidget
 from .store import ConversationStore
 
@@ -56,7 +58,9 @@ class Reply:
         if info is not None:
             self.tab.conversation.model = info.model_name
         self._t0 = time.monotonic()
-        self.widget.set_status(f"Reading the conversation ({prompt_tokens} tokens)…")
+        # A remote engine says how long the prompt was only at the end.
+        self.widget.set_status(f"Reading the conversation ({prompt_tokens} tokens)…" if prompt_tokens
+                               else "Reading the conversation…")
         self.tab.set_state(GENERATING)
 
     def on_text(self, text: str, tokens: int) -> None:
@@ -90,13 +94,16 @@ class ChatTab(QWidget):
     title_changed = Signal(str)
     state_changed = Signal(str)
     saved = Signal(object)  # the Conversation, after it was written
+    engine_changed = Signal()
+    add_remote_requested = Signal()
 
     def __init__(self, conversation: Conversation, store: ConversationStore, bridge: EngineBridge,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, engines: EngineChoices | None = None) -> None:
         super().__init__(parent)
         self.conversation = conversation
         self.store = store
-        self.bridge = bridge
+        self.engines = engines
+        self.bridge: TabEngine = engines.get(conversation.engine) if engines is not None else bridge
         self.state = IDLE
         self.reply: Reply | None = None
 
@@ -117,6 +124,12 @@ class ChatTab(QWidget):
         row = QHBoxLayout()
         row.addWidget(self.system_toggle)
         row.addStretch()
+        self.engine_picker: EnginePicker | None = None
+        if engines is not None:
+            self.engine_picker = EnginePicker(engines, engines.id_of(self.bridge))
+            self.engine_picker.picked.connect(self.set_engine)
+            self.engine_picker.add_requested.connect(self.add_remote_requested)
+            row.addWidget(self.engine_picker)
         bl.addLayout(row)
         bl.addWidget(self.system_edit)
         bar = centered(inner, "systemPromptBar")
@@ -186,6 +199,20 @@ class ChatTab(QWidget):
     def stop(self) -> None:
         if self.reply is not None and self.reply.ticket is not None:
             self.bridge.cancel(self.reply.ticket)
+
+    def set_engine(self, engine_id: str) -> None:
+        """Let this computer or a remote engine write the next replies. The picker is disabled while
+        a reply is written; a remote removed meanwhile stops that reply, which keeps its text."""
+        if self.engines is None:
+            return
+        if self.generating:
+            self.stop()
+        self.bridge = self.engines.get(engine_id)
+        self.conversation.engine = self.engines.id_of(self.bridge)
+        if self.engine_picker is not None:
+            self.engine_picker.show_engine(self.conversation.engine)
+        self.save()
+        self.engine_changed.emit()
 
     def rename(self, title: str) -> None:
         title = title.strip()
@@ -259,6 +286,8 @@ class ChatTab(QWidget):
     # --- internals ----------------------------------------------------------------------------
 
     def _update_actions(self) -> None:
+        if self.engine_picker is not None:
+            self.engine_picker.setEnabled(not self.generating)
         msgs = self.conversation.messages
         last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=None)
         for i, w in enumerate(self.view.widgets):

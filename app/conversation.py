@@ -2,8 +2,9 @@
 
 File format (format_version 1), one JSON object:
   format_version, id, title, created, updated (ISO 8601, UTC), model (name of the model of the
-  last reply), settings (the EngineSettings dict of the last reply), system_prompt, draft (unsent
-  composer text), messages: [{role, text, time, tokens, tok_s, interrupted, error}], snapshot.
+  last reply), settings (the EngineSettings dict of the last reply), engine (the id of the remote
+  engine the tab uses, "" for this computer), system_prompt, draft (unsent composer text),
+  messages: [{role, text, time, tokens, tok_s, interrupted, error}], snapshot.
 `snapshot` is null until KV snapshots exist; then it names a sidecar next to the JSON file
 (see ConversationStore.snapshot_path) and the token count and settings it was taken with, so a
 resumed conversation can skip recomputing its prompt.
@@ -102,6 +103,7 @@ class Conversation:
     updated: str = field(default_factory=now_iso)
     model: str = ""
     settings: dict[str, Any] = field(default_factory=dict)
+    engine: str = ""
     system_prompt: str = ""
     draft: str = ""
     messages: list[Message] = field(default_factory=list)
@@ -145,7 +147,7 @@ class Conversation:
         settings, snapshot = raw.get("settings"), raw.get("snapshot")
         return cls(id=raw["id"], title=_text(raw, "title"), created=timestamp(raw.get("created")),
                    updated=timestamp(raw.get("updated")), model=_text(raw, "model"),
-                   settings=settings if isinstance(settings, dict) else {},
+                   settings=settings if isinstance(settings, dict) else {}, engine=_text(raw, "engine"),
                    system_prompt=_text(raw, "system_prompt"), draft=_text(raw, "draft"),
                    messages=[Message.from_dict(m) for m in raw["messages"]],
                    snapshot=snapshot if isinstance(snapshot, dict) else None)

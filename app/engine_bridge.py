@@ -79,6 +79,11 @@ class EngineBridge(QObject):
         return self._engine.info if self._engine is not None and self.state == "ready" else None
 
     @property
+    def engine(self) -> Engine | None:
+        """The running engine, for the local server (HTTP requests are more streams of it)."""
+        return self._engine if self.state == "ready" else None
+
+    @property
     def busy(self) -> int:
         """Requests submitted and not yet finished, loading ones included."""
         return len(self._pending) + len(self._tickets)
@@ -111,7 +116,7 @@ class EngineBridge(QObject):
             self.error = str(e) if isinstance(e, LanechatError) else f"{type(e).__name__}: {e}"
             pending, self._pending = self._pending, []
             for ticket in pending:
-                _deliver(ticket.sink.on_failed, f"No model is loaded: {self.error}")
+                deliver(ticket.sink.on_failed, f"No model is loaded: {self.error}")
             self.state_changed.emit()
             if isinstance(e, LanechatError):
                 raise
@@ -160,7 +165,7 @@ class EngineBridge(QObject):
         ticket = Ticket(messages, sampling, sink)
         if self.state == "starting":
             self._pending.append(ticket)
-            _deliver(sink.on_queued, 0, "waiting for the model to load")
+            deliver(sink.on_queued, 0, "waiting for the model to load")
         elif self.state == "ready":
             self._submit(ticket, deliver_errors=False)
         else:
@@ -176,7 +181,7 @@ class EngineBridge(QObject):
             ticket.done = True
             if not deliver_errors:
                 raise
-            _deliver(ticket.sink.on_failed, str(e))
+            deliver(ticket.sink.on_failed, str(e))
             return
         # Safe although the engine may already be running it: its events are only read by
         # _drain, which runs on this thread after we return.
@@ -188,7 +193,7 @@ class EngineBridge(QObject):
         if ticket in self._pending:
             self._pending.remove(ticket)
             ticket.done = True
-            _deliver(ticket.sink.on_finished, Finished(request_id=-1, reason="cancelled", text="", tokens=0,
+            deliver(ticket.sink.on_finished, Finished(request_id=-1, reason="cancelled", text="", tokens=0,
                                                      prompt_tokens=0, prompt_tps=0.0, decode_tps=0.0))
         else:
             self._cancel_in_engine(ticket)
@@ -227,30 +232,30 @@ class EngineBridge(QObject):
                 continue
             self._flush(ticket, text.pop(ticket, None))  # text before the event that follows it
             if isinstance(ev, Queued):
-                _deliver(ticket.sink.on_queued, ev.ahead, ev.reason)
+                deliver(ticket.sink.on_queued, ev.ahead, ev.reason)
             elif isinstance(ev, Started):
-                _deliver(ticket.sink.on_started, ev.prompt_tokens)
+                deliver(ticket.sink.on_started, ev.prompt_tokens)
             elif isinstance(ev, (Finished, Failed)):
                 ticket.done = True
                 del self._tickets[ticket.key]
                 if isinstance(ev, Finished):
-                    _deliver(ticket.sink.on_finished, ev)
+                    deliver(ticket.sink.on_finished, ev)
                 else:
-                    _deliver(ticket.sink.on_failed, ev.message)
+                    deliver(ticket.sink.on_failed, ev.message)
         for ticket, parts in text.items():
             self._flush(ticket, parts)
 
     @staticmethod
     def _flush(ticket: Ticket, parts: list[str] | None) -> None:
         if parts:
-            _deliver(ticket.sink.on_text, "".join(parts), ticket.tokens)
+            deliver(ticket.sink.on_text, "".join(parts), ticket.tokens)
 
     def _poll_usage(self) -> None:
         if self._engine is not None and self.state == "ready":
             self.usage_changed.emit(self._engine.usage())
 
 
-def _deliver(method: Callable[..., None], *args: object) -> None:
+def deliver(method: Callable[..., None], *args: object) -> None:
     # One tab's broken handler must not stop the other tabs' streams.
     try:
         method(*args)

@@ -16,10 +16,15 @@ from engine import EngineSettings, LanechatError
 from . import APP_NAME
 from .app_settings import Session, load_session, save_session, save_settings
 from .chat_tab import ChatTab
+from .connections import Connections, load_connections, save_connections
 from .conversation import Conversation, FormatError
 from .engine_bridge import EngineBridge
+from .engines import EngineChoices
+from .engines_dialog import EnginesDialog
 from .history import HistoryPanel
+from .local_server import LocalServer
 from .notice_bar import NoticeBar
+from .remote_engine import RemoteEngine
 from .settings_dialog import SettingsDialog
 from .status_bar import StatusBar
 from .store import ConversationStore
@@ -62,6 +67,11 @@ class MainWindow(QMainWindow):
         self.status.settings_requested.connect(self.open_settings)
         self.setStatusBar(self.status)
         bridge.state_changed.connect(self._engine_state)
+        self.connections, self._connections_notice = load_connections()
+        self.engines = EngineChoices(bridge, lambda: self.settings.sampling, self)
+        self.engines.set_remotes(self.connections.remotes)
+        self.local_server = LocalServer(bridge, self)
+        self.local_server.changed.connect(lambda: self.status.set_serving(self.local_server.url))
         self._build_menus()
         self._quitting = False
 
@@ -88,6 +98,7 @@ class MainWindow(QMainWindow):
                      lambda: self._on_tab(lambda tab: self.export_conversation(tab.conversation.id)), "Ctrl+Shift+E")
         m.addSeparator()
         self._action(m, "&Settings…", self.open_settings, "Ctrl+,")
+        self._action(m, "E&ngines and server…", self.open_engines, "Ctrl+Shift+,")
         m.addSeparator()
         self._action(m, "&Quit", self.close, "Ctrl+Q")
 
@@ -114,8 +125,10 @@ class MainWindow(QMainWindow):
         return self.tabs.currentWidget()
 
     def new_tab(self, conversation: Conversation | None = None) -> ChatTab:
-        tab = ChatTab(conversation or Conversation(), self.store, self.bridge)
+        tab = ChatTab(conversation or Conversation(), self.store, self.bridge, engines=self.engines)
         tab.saved.connect(self._saved)
+        tab.engine_changed.connect(self._show_tab_engine)
+        tab.add_remote_requested.connect(self.open_engines)
         tab.title_changed.connect(lambda _title: self._current_changed())
         self.tabs.add(tab)
         self.history.set_open(tab.conversation.id, True)
@@ -175,7 +188,7 @@ class MainWindow(QMainWindow):
         for tab in self.tabs.tabs():
             if tab.conversation.id == cid:
                 if tab.reply is not None and tab.reply.ticket is not None:
-                    self.bridge.abandon(tab.reply.ticket)
+                    tab.bridge.abandon(tab.reply.ticket)
                 self._drop_tab(tab)
         self.store.delete(cid)
         self.history.remove(cid)
@@ -220,8 +233,9 @@ class MainWindow(QMainWindow):
         if session.splitter:
             self.splitter.restoreState(QByteArray.fromBase64(session.splitter.encode()))
         self._set_sidebar(session.sidebar)
-        for text in notices + bad:
+        for text in notices + bad + ([self._connections_notice] if self._connections_notice else []):
             self.notices.add(text, error=True)
+        self._apply_server()
 
     def _first_geometry(self) -> None:
         """A comfortable size that fits the screen, centred: the first run has no saved geometry."""
@@ -244,6 +258,7 @@ class MainWindow(QMainWindow):
         for tab in self.tabs.tabs():
             tab.detach()  # replies in progress are saved as interrupted
         self.save_session()
+        self.local_server.stop()
         self.bridge.shutdown_now()
         event.accept()
 
@@ -282,6 +297,31 @@ class MainWindow(QMainWindow):
         dialog = SettingsDialog(self.settings, busy=self.bridge.busy, parent=self)
         if dialog.exec():
             asyncio.ensure_future(self.apply_settings(dialog.settings()))
+
+    def open_engines(self) -> None:
+        dialog = EnginesDialog(self.connections, parent=self)
+        if dialog.exec():
+            self.apply_connections(dialog.connections())
+
+    def apply_connections(self, connections: Connections) -> None:
+        """Keep the remote engines and server settings, and serve (or stop) as they say."""
+        save_connections(connections)
+        self.connections = connections
+        self.engines.set_remotes(connections.remotes)
+        self._apply_server()
+        self._show_tab_engine()
+
+    def _apply_server(self) -> None:
+        try:
+            self.local_server.apply(self.connections.server)
+        except LanechatError as e:
+            self.notices.add(f"Serving on localhost failed: {e}", error=True,
+                             action=("Engines and server…", self.open_engines))
+
+    def _show_tab_engine(self) -> None:
+        tab = self.current_tab()
+        engine = tab.bridge if tab is not None else None
+        self.status.show_engine(engine if isinstance(engine, RemoteEngine) else None)
 
     def _engine_state(self) -> None:
         if self.bridge.state == "failed":
@@ -328,3 +368,4 @@ class MainWindow(QMainWindow):
         if tab is not None:
             self.history.select(tab.conversation.id)
             tab.setFocus()
+        self._show_tab_engine()

@@ -1,7 +1,7 @@
 """Lanechat's engine: the public API the app uses (and nothing else)."""
 from . import jsonfile, paths
 from .engine import Engine, EngineInfo, Usage
-from .errors import BackendError, LanechatError, ModelError, PlanError, RequestError
+from .errors import BackendError, ContextLengthError, LanechatError, ModelError, PlanError, RequestError
 from .events import Event, Failed, Finished, Queued, Started, Token
 from .plan import Plan, plan
 from .scheduler import Snapshot
@@ -27,7 +27,7 @@ def describe_model(path: str | None) -> str:
 
 
 __all__ = [
-    "jsonfile", "paths", "Engine", "EngineInfo", "Usage", "BackendError", "LanechatError", "ModelError", "PlanError",
-    "RequestError", "Event", "Failed", "Finished", "Queued", "Started", "Token", "Plan", "plan", "Snapshot",
-    "EngineSettings", "SamplingParams", "default_model_path", "describe_model", "fetch_default",
+    "jsonfile", "paths", "Engine", "EngineInfo", "Usage", "BackendError", "ContextLengthError", "LanechatError",
+    "ModelError", "PlanError", "RequestError", "Event", "Failed", "Finished", "Queued", "Started", "Token", "Plan",
+    "plan", "Snapshot", "EngineSettings", "SamplingParams", "default_model_path", "describe_model", "fetch_default",
 ]

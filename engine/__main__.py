@@ -1,4 +1,5 @@
-"""The headless face of the engine: python -m engine generate|logits|plan|gates|bench|fetch-default|doctor.
+"""The headless face of the engine: python -m engine
+generate|logits|plan|gates|bench|serve|bench-serve|fetch-default|doctor.
 
 Every argument is checked by its argparse type, so bad input is one line `error: ...` and exit code 2
 before any work, like every other refusal.
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 import io
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -217,6 +219,18 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return bench_main(a)
 
 
+def cmd_serve(a: argparse.Namespace) -> int:
+    from .server.serve import serve
+    s = settings_from(a)
+    return serve(s, a.host, a.port, a.api_key or os.environ.get("LANECHAT_API_KEY"), int(a.max_body_mib * (1 << 20)),
+                 a.max_waiting)
+
+
+def cmd_bench_serve(a: argparse.Namespace) -> int:
+    from .server.bench import main as bench_main
+    return bench_main(a, settings_from(a))
+
+
 def parser() -> argparse.ArgumentParser:
     ap = Parser(prog="python -m engine", description="Lanechat's engine, headless")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -267,6 +281,23 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--streams", type=whole_list(1, MAX_PARALLEL), default=[1, 4, 8])
     b.add_argument("--decode-tokens", type=tokens, default=256)
     b.set_defaults(fn=cmd_bench)
+
+    sv = sub.add_parser("serve", help="the OpenAI-compatible HTTP API (chat completions, completions, models)")
+    add_model(sv)
+    add_kv(sv, parallel=4)
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (any but loopback needs an API key)")
+    sv.add_argument("--port", type=int, default=8080, help="0: any free port")
+    sv.add_argument("--api-key", help="every request must send it as a bearer token (default: $LANECHAT_API_KEY)")
+    sv.add_argument("--max-body-mib", type=float, default=4.0, help="larger request bodies get 413")
+    sv.add_argument("--max-waiting", type=int, default=64, help="requests waiting for a stream before 429")
+    sv.set_defaults(fn=cmd_serve)
+
+    bs = sub.add_parser("bench-serve", help="concurrent streaming requests over HTTP against the same load in-process")
+    add_model(bs)
+    add_kv(bs, parallel=8)
+    bs.add_argument("--streams", default="1,4,8,16", help="concurrent requests per cell")
+    bs.add_argument("--max-tokens", type=int, default=128, help="tokens per request (greedy, ignore_eos)")
+    bs.set_defaults(fn=cmd_bench_serve)
 
     f = sub.add_parser("fetch-default", help="download the embedded default model (once)")
     f.set_defaults(fn=cmd_fetch)

@@ -11,7 +11,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import LanechatError, RequestError
+from .errors import ContextLengthError, LanechatError, RequestError
 from .events import Event, Failed, Finished
 from .models import build
 from .plan import Plan, make_plan
@@ -90,8 +90,8 @@ class Runner:
         if not ids:
             raise RequestError("empty prompt")
         if len(ids) >= settings.context:
-            raise RequestError(f"prompt of {len(ids)} tokens does not fit the context of {settings.context} tokens; "
-                               "shorten the conversation or raise the context in settings")
+            raise ContextLengthError(f"prompt of {len(ids)} tokens does not fit the context of {settings.context} "
+                                     "tokens; shorten the conversation or raise the context in settings")
         if max(ids) >= self.loaded.config.vocab or min(ids) < 0:
             raise RequestError(f"token id out of the model's vocabulary (0..{self.loaded.config.vocab - 1})")
         detok = self.tokenizer.stream()
@@ -167,6 +167,13 @@ class Engine:
 
     def cancel(self, rid: int) -> None:
         self._inbox.put(("cancel", rid))
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of plain text (no chat template), with the special tokens the model adds
+        to a document; for raw-prompt requests (the server's /v1/completions)."""
+        if self.runner is None:
+            raise RequestError("the engine is not running")
+        return self.runner.tokenizer.encode(text, add_special=True)
 
     def usage(self) -> Usage:
         return self._usage

@@ -19,3 +19,7 @@ class RequestError(LanechatError):
 
 class BackendError(LanechatError):
     """The asked-for compute backend is not usable here."""
+
+
+class ContextLengthError(RequestError):
+    """A prompt that does not fit the context (the OpenAI API names it context_length_exceeded)."""
