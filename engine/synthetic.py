@@ -9,7 +9,7 @@ import codecs
 import numpy as np
 
 from .config import FULL, LINEAR, ModelConfig
-from .errors import ModelError, RequestError
+from .errors import ContextLengthError, ModelError
 from .tokenizer import clean_text
 from .weights import Affine, Model, quantize
 
@@ -76,7 +76,7 @@ class ByteTokenizer:
     def encode_chat(self, messages: list[dict], limit: int | None = None) -> list[int]:
         text = self.render_chat(messages)
         if limit is not None and len(text) > limit:
-            raise RequestError(f"the conversation ({len(text)} characters) does not fit the context of {limit} tokens")
+            raise ContextLengthError(f"the conversation ({len(text)} characters) does not fit the context of {limit} tokens")
         return [self.bos_id] + self.encode(text)
 
     def stream(self):

@@ -10,7 +10,7 @@ import tokenizers
 from . import chat_template as templates
 from . import jsonfile
 from .config import Fields, read_json
-from .errors import ModelError, RequestError
+from .errors import ContextLengthError, ModelError, RequestError
 
 # For models that ship no template: ChatML, the format of SmolLM2 and Qwen.
 CHATML = (
@@ -124,7 +124,7 @@ class Tokenizer:
         fit in that many tokens is refused before it is encoded: encoding costs memory per token."""
         text = self.render_chat(messages, add_generation_prompt, **extra)
         if limit is not None and len(text) > limit * self.max_token_chars:
-            raise RequestError(f"the conversation ({len(text)} characters) does not fit the context of {limit} tokens; "
+            raise ContextLengthError(f"the conversation ({len(text)} characters) does not fit the context of {limit} tokens; "
                                "shorten the conversation or raise the context in settings")
         # the rendered template carries its own BOS where the model wants one, as in transformers
         return self.encode(text, add_special=False)
