@@ -3,11 +3,11 @@ no driver, a failing driver, an old driver), run the way the Makefile runs it.""
 import os
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 from fake_smi import GB10, H100_CUDA12, T4_OLD, fake_smi
+from nvrtc_wheels import WHEELS, library
 
 from engine.gpu_select import (
     Gpu,
@@ -108,11 +108,11 @@ def test_the_makefile_installs_the_selected_extra(tmp_path):
     assert "--stale" in run.stdout
 
 
-@pytest.mark.parametrize("dist,major", [("nvidia-cuda-nvrtc-cu12", 12), ("nvidia-cuda-nvrtc", 13)])
-def test_system_nvrtc_reads_the_library_version(dist, major):
+@pytest.mark.parametrize("version", sorted(WHEELS))
+def test_system_nvrtc_reads_the_library_version(version):
     """CUDA_HOME pointed at the pip wheel's folder stands in for a system toolkit."""
-    lib = next(f for f in metadata.files(dist) if f.name == f"libnvrtc.so.{major}")
-    home = Path(lib.locate()).parent.parent
+    major = int(version.split(".")[0])
+    home = library(version).parent.parent
     code = f"import sys; sys.path.insert(0, {str(REPO / 'engine')!r}); import gpu_select; " \
            f"print(gpu_select.system_nvrtc({major}), gpu_select.system_nvrtc(99))"
     run = subprocess.run([sys.executable, "-I", "-c", code], env=dict(os.environ, CUDA_HOME=str(home)),

@@ -9,15 +9,14 @@ import ctypes
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from importlib import metadata
 from pathlib import Path
 
 import pytest
+from nvrtc_wheels import WHEELS, library
 
 import kernels
 
 ARCHS = ("sm_90", "sm_121")
-NVRTC = {"12.9": ("nvidia-cuda-nvrtc-cu12", "libnvrtc.so.12"), "13.0": ("nvidia-cuda-nvrtc", "libnvrtc.so.13")}
 # What cupy.RawModule appends to the caller's options before NVRTC sees them (CuPy 14,
 # cupy/cuda/compiler.py): flush-to-zero, device code by default, and -arch=sm_XX for a cubin.
 CUPY_OPTIONS = ("-ftz=true", "--device-as-default-execution-space")
@@ -65,15 +64,7 @@ class Nvrtc:
 
 
 def nvrtc(version: str) -> Nvrtc:
-    dist, soname = NVRTC[version]
-    try:
-        lib = next(f for f in metadata.files(dist) or [] if f.name == soname)
-    except metadata.PackageNotFoundError:
-        msg = f"{dist} is not installed (pip install -e '.[test]' brings NVRTC {version})"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return Nvrtc(Path(lib.locate()))
+    return Nvrtc(library(version))
 
 
 def by_file() -> dict[str, list[str]]:
@@ -109,7 +100,7 @@ def check(compiler: Nvrtc, arch: str, file: str, names: list[str]) -> list[str]:
             if "<" not in n and b"\0" + n.encode() + b"\0" not in cubin]
 
 
-@pytest.mark.parametrize("version", sorted(NVRTC))
+@pytest.mark.parametrize("version", sorted(WHEELS))
 @pytest.mark.parametrize("arch", ARCHS)
 def test_every_kernel_compiles(version, arch):
     compiler = nvrtc(version)
