@@ -1,7 +1,8 @@
 """The GB10 (aarch64, glibc 2.39 = Ubuntu 24.04 / DGX OS 7, CPython 3.12) gets a binary wheel for
-every dependency of the app and of each GPU extra: pip resolves them for that platform without
-installing (`--dry-run --only-binary=:all:`), and a dependency without such a wheel fails by name.
-Skips, saying so, only when the package index cannot be reached."""
+every dependency `make venv` installs there (the app, the test extra, each GPU extra): pip
+resolves them for that platform without installing (`--dry-run --only-binary=:all:`), and a
+dependency without such a wheel fails by name. Skips, saying so, only when the package index
+cannot be reached."""
 import json
 import os
 import re
@@ -72,7 +73,8 @@ def missing_wheels(stderr: str) -> list[str]:
 @pytest.mark.parametrize("gpu", GPU_SETS)
 def test_every_dependency_has_an_aarch64_wheel(index, tmp_path, gpu):
     p = project()
-    wanted = for_gb10(p["dependencies"]) + for_gb10(p["optional-dependencies"][gpu])
+    extras = p["optional-dependencies"]
+    wanted = for_gb10(p["dependencies"]) + for_gb10(extras["test"]) + for_gb10(extras[gpu])
     run = resolve(wanted, tmp_path / "report.json")
     assert run.returncode == 0, (f"no binary wheel for manylinux_2_39_aarch64 / CPython {PYTHON}: "
                                  f"{', '.join(missing_wheels(run.stderr)) or 'see pip'}\n{run.stderr[-3000:]}")
