@@ -138,7 +138,9 @@ def main(argv: list[str] | None = None, start: Callable[[list[str] | None], int]
         open_log(path, stderr_too="LANECHAT_LOG" in os.environ)  # started by the desktop launcher
     except Exception as e:  # an unusable state dir, or an engine that does not import
         logging.basicConfig(level=logging.INFO, format=FORMAT)
-        return report(f"the log {path or '(state dir)'} cannot be written: {type(e).__name__}: {e}", True, None)
+        problem = display_problem(os.environ)
+        return report(f"the log {path or '(state dir)'} cannot be written: {type(e).__name__}: {e}"
+                      + (f"; and {problem}" if problem else ""), problem is None, None)
     log.info("starting (Python %s on %s %s)", platform.python_version(), platform.system(), platform.machine())
     problem = display_problem(os.environ)
     if problem:

@@ -94,22 +94,26 @@ def root_logging():
     root.setLevel(level)
 
 
+def close_the_next_box(shown: list) -> None:
+    """Record the next modal message box (title, text, icon) and press OK, as the user would."""
+    def close():
+        box = QApplication.activeModalWidget()
+        if not isinstance(box, QMessageBox):
+            QTimer.singleShot(20, close)
+            return
+        shown.append((box.windowTitle(), box.text(), box.icon()))
+        box.accept()
+    QTimer.singleShot(20, close)
+
+
 def test_an_error_before_the_window_shows_a_message_box(qapp, app_home, root_logging, monkeypatch):
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")  # a display that works
     shown = []
 
-    def close_the_box():
-        box = QApplication.activeModalWidget()
-        if not isinstance(box, QMessageBox):
-            QTimer.singleShot(20, close_the_box)
-            return
-        shown.append((box.windowTitle(), box.text(), box.icon()))
-        box.accept()
-
     def start(argv):
         raise RuntimeError("the conversations folder is not writable")
 
-    QTimer.singleShot(20, close_the_box)
+    close_the_next_box(shown)
     assert launch.main([], start=start) == launch.REPORTED
     [(title, text, icon)] = shown
     log = app_home / "state" / "lanechat.log"
@@ -117,6 +121,17 @@ def test_an_error_before_the_window_shows_a_message_box(qapp, app_home, root_log
     assert "RuntimeError: the conversations folder is not writable" in text and str(log) in text
     written = log.read_text()
     assert "Traceback" in written and "told the user by dialog" in written
+
+
+def test_an_unwritable_log_is_said_in_the_box(qapp, tmp_path, root_logging, monkeypatch):
+    (tmp_path / "not a folder").write_text("")
+    monkeypatch.setenv("LANECHAT_LOG", str(tmp_path / "not a folder" / "lanechat.log"))
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
+    shown = []
+    close_the_next_box(shown)
+    assert launch.main([], start=lambda argv: pytest.fail("the app must not start")) == launch.REPORTED
+    [(_, text, _)] = shown
+    assert "not a folder/lanechat.log cannot be written" in text
 
 
 def test_the_log_rotates_at_start(tmp_path):

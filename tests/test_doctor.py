@@ -6,10 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from fake_smi import GB10, fake_smi
 
-from engine.doctor import REPO, Facts, report
-from engine.gpu_select import Gpu, choose
+from engine.doctor import REPO, Facts, gather, report
+from engine.gpu_select import Gpu, choose, nvrtc_needed
+from engine.ops import cuda_available
 
 GB10_GPU = Gpu("NVIDIA GB10", "580.95.05", (13, 0), (12, 1))
 CUDA13 = choose(GB10_GPU, nvrtc=lambda major: (13, 0))
@@ -103,3 +105,13 @@ def test_the_command_without_a_driver(tmp_path):
                          text=True)
     assert run.returncode == 0, run.stderr
     assert "doctor: no usable GPU: no NVIDIA driver (nvidia-smi not found)" in run.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available()[0], reason=cuda_available()[1] or "no GPU")
+def test_this_gpu_gets_a_clean_bill():
+    """On a machine whose CuPy works (the H200 run), doctor finds nothing to fix."""
+    f = gather()
+    lines = report(f)
+    assert f.cupy_error == "" and fixes(lines) == [], lines
+    assert lines[-1].startswith("backend: cupy on ") and f.nvrtc >= nvrtc_needed(f.cc, f.nvrtc[0])
