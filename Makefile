@@ -3,15 +3,29 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# The GPU extra only where a driver answers; CuPy then needs a CUDA toolkit new enough for the GPU.
-GPU_EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo ",gpu")
+comma := ,
+# The CuPy for this machine's driver (cuda13, cuda12, or one of them with -toolkit: CUDA libraries
+# from pip where the system's are missing or too old for the GPU); empty without a usable driver.
+# engine/gpu_select.py --explain says why.
+GPU_EXTRA := $(shell $(PYTHON) -I engine/gpu_select.py)
+EXTRAS := test$(if $(GPU_EXTRA),$(comma)$(GPU_EXTRA))
 
-.PHONY: run test fuzz venv fetch-default install-desktop clean
+.PHONY: run test fuzz venv fetch-default install-desktop clean FORCE
 
-$(STAMP): pyproject.toml
+# Holds the extras of the last install, rewritten only when they change (a new driver, say), so the
+# venv is rebuilt then and not on every run.
+$(VENV)/.extras: FORCE
+	@mkdir -p $(VENV)
+	@[ "$$(cat $@ 2>/dev/null)" = "$(EXTRAS)" ] || echo "$(EXTRAS)" > $@
+
+$(STAMP): pyproject.toml $(VENV)/.extras
+	@$(PYTHON) -I engine/gpu_select.py --explain
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test$(GPU_EXTRA)]"
+	@stale="$$($(PY) -I engine/gpu_select.py --stale "$(GPU_EXTRA)")"; \
+		if [ -n "$$stale" ]; then echo "removing $$stale (not the CuPy for this driver)"; \
+		$(PY) -m pip uninstall -q -y $$stale; fi
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 venv: $(STAMP)

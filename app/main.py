@@ -1,4 +1,5 @@
-"""`lanechat`: the desktop app's entry point (the console script and the .desktop entry's Exec)."""
+"""The desktop app's startup: the window, the event loop, the engine (`lanechat` runs it through
+app.launch, which logs and reports a failure)."""
 from __future__ import annotations
 
 import asyncio

@@ -191,21 +191,10 @@ def cmd_fetch(a: argparse.Namespace) -> int:
 
 
 def cmd_doctor(a: argparse.Namespace) -> int:
-    """What `make run` will get: the backend, and why not the GPU when a GPU is there."""
-    from .ops import cuda_available
-    ok, why = cuda_available()
-    if ok:
-        import cupy
-        dev = cupy.cuda.Device()
-        cc = dev.compute_capability
-        name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"].decode()
-        ver = cupy.cuda.runtime.runtimeGetVersion()
-        print(f"doctor: GPU {name} (sm_{cc}), CUDA runtime {ver // 1000}.{ver % 1000 // 10}")
-        if int(cc) >= 120 and ver < 12090:
-            print("doctor: this GPU needs CUDA >= 12.9 for NVRTC to know it; install a newer CUDA toolkit "
-                  "(or the nvidia-cuda-nvrtc-cu12 wheel) — the app will fall back to the CPU until then")
-    else:
-        print(f"doctor: no usable GPU ({why}); the engine runs on the CPU (numpy)")
+    """What `make run` will get: the GPU and its CUDA pieces, the backend, and the fix for a wrong piece."""
+    from .doctor import gather, report
+    for line in report(gather()):
+        print(f"doctor: {line}")
     return 0
 
 
@@ -301,7 +290,7 @@ def parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("fetch-default", help="download the embedded default model (once)")
     f.set_defaults(fn=cmd_fetch)
-    d = sub.add_parser("doctor", help="which backend this machine gets, and why")
+    d = sub.add_parser("doctor", help="the GPU, driver, CuPy and NVRTC this machine has, and the fix for a wrong one")
     d.set_defaults(fn=cmd_doctor)
     return ap
 

@@ -63,7 +63,7 @@ class Runner:
 
     def plan(self, settings: EngineSettings) -> Plan:
         # Weights are already in memory: the budget is a share of what is free now.
-        return make_plan(self.loaded.config, settings, self.backend.free_memory(), 0)
+        return make_plan(self.loaded.config, settings, self.backend.free_memory(), 0, self.backend.unified_memory)
 
     def scheduler(self, settings: EngineSettings) -> Scheduler:
         return Scheduler(settings, self.plan(settings), self.model, self.backend, self.tokenizer)

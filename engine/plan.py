@@ -2,20 +2,21 @@
 
 Computed from the model config and the settings alone (no weights), so the settings dialog can show
 it live. The default budget leaves most free memory alone: on a GB10 the GPU's memory is the
-desktop's too.
+desktop's too (unified memory), and there it always leaves the desktop UNIFIED_RESERVE.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from .config import ModelConfig
 from .errors import LanechatError, PlanError
+from .memory import system_free_bytes
 from .settings import EngineSettings
 
 GIB = 1 << 30
 DEFAULT_FRACTION = 0.5  # of the memory free after the weights, at most
+UNIFIED_RESERVE = 16 * GIB  # what the default budget never takes from a desktop whose GPU shares its memory
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Plan:
     state_bytes: int = 0
     kv_bytes: int = 0  # windows + pool
     budget_bytes: int = 0
+    unified: bool = False  # the GPU's memory is the system's (GB10)
 
     @property
     def pages_total(self) -> int:
@@ -44,21 +46,14 @@ class Plan:
         return self.kv_bytes + self.state_bytes
 
 
-def system_free_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            info = {l.split(":")[0]: int(l.split()[1]) * 1024 for l in f}
-        return info["MemAvailable"]
-    except (OSError, KeyError, ValueError):
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-
-
 def gib(n: int) -> str:
     return f"{n / GIB:.2f} GiB"
 
 
-def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None, weight_bytes: int = 0) -> Plan:
-    """Raises PlanError with the setting to change when the settings cannot work."""
+def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None, weight_bytes: int = 0,
+              unified: bool = False) -> Plan:
+    """Raises PlanError with the setting to change when the settings cannot work. `unified`: the
+    memory is shared with the desktop, whose UNIFIED_RESERVE the default budget leaves alone."""
     s.validate()
     if s.context > cfg.max_position:
         raise PlanError(f"context {s.context} is beyond the model's maximum of {cfg.max_position} tokens")
@@ -76,8 +71,13 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
         source = f"a memory budget of {s.memory_gib:g} GiB"
     else:
         free = system_free_bytes() if free_bytes is None else free_bytes
-        budget = int(max(0, free - weight_bytes) * DEFAULT_FRACTION)
+        after = max(0, free - weight_bytes)
+        budget = int(after * DEFAULT_FRACTION)
         source = f"the default budget ({gib(budget)}, half of what is free after the weights)"
+        if unified and budget > after - UNIFIED_RESERVE:
+            budget = max(0, after - UNIFIED_RESERVE)
+            source = (f"the default budget ({gib(budget)}: what is free after the weights, less "
+                      f"{gib(UNIFIED_RESERVE)} left to the desktop)")
     min_pool = W if pool_lanes else 0  # a pool lane must be able to hold one whole context
     if budget < fixed + min_pool * page_bytes:
         raise PlanError(
@@ -91,7 +91,7 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
                         f"parallel")
     p = Plan(line="", fits=True, mode=s.paging, parallel=n, context=s.context, page_tokens=P,
              page_bytes=page_bytes, window_pages=W, windows=windows, pool_pages=pool,
-             state_bytes=state, kv_bytes=(windows * W + pool) * page_bytes, budget_bytes=budget)
+             state_bytes=state, kv_bytes=(windows * W + pool) * page_bytes, budget_bytes=budget, unified=unified)
     p.line = plan_line(p)
     return p
 
@@ -110,6 +110,8 @@ def plan_line(p: Plan) -> str:
         line = f"plan: {p.parallel} window{'s' if p.parallel > 1 else ''} of {p.context} tokens ({gib(p.kv_bytes)}), no pages"
     if p.state_bytes:
         line += f", recurrent state {gib(p.state_bytes)}"
+    if p.unified:
+        line += " · unified memory"
     return line
 
 

@@ -75,3 +75,10 @@ def function(file: str, name: str):
 
 def sources() -> list[str]:
     return sorted(p.name for p in HERE.glob("*.cu"))
+
+
+def variants() -> list[tuple[str, str]]:
+    """Every (file, name) pair the launchers may pass to `function`, built from their own tables: CI
+    compiles each for sm_90 and sm_121 (tests/test_kernels_compile.py)."""
+    from . import launch, launch_qwen3_5  # they import this module
+    return launch.variants() + launch_qwen3_5.variants()

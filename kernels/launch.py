@@ -33,6 +33,10 @@ def repack(packed, bits: int, M: int, K: int, Mp: int):
 
 TM_ROWS = 64  # weights pad to a multiple of this many rows (whole 16-row tiles, aligned scale blocks)
 QMV_BATCH = 512  # inputs a segment holds a whole number of
+QMV_BITS = (4, 8)  # code widths of qmv, embed_q and dequant
+QMV_GROUPS = (32, 64, 128)  # quantization group sizes qmv takes (whole 32-wide subgroups)
+QMV_TILES = (1, 2, 4)  # 8-row n-tiles per block, picked by row count in qmv()
+QMV_INPUTS = (0, 1, 2)  # xm: x, silu(x) * x2, rmsnorm(x [+ x2]) * nw
 _counters = {}
 
 
@@ -186,3 +190,16 @@ def attn_prompt(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
     f(((rows + QR - 1) // QR, KH), (256,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(inv), i32(half),
                                            positions, tables, i32(pt), kc, vc, _ptr(ksc), _ptr(vsc), i32(KH), i32(G),
                                            i32(D), f32(scale), i32(rows), i32(QR), i32(KT), out), shared_mem=smem)
+
+
+# --- what CI compiles ---------------------------------------------------------------------------
+def variants() -> list[tuple[str, str]]:
+    """Every (file, kernel name) the launchers above can ask `function` for, from their own tables."""
+    gemv = ["repack4", "repack8", "dense_gemv", "embed_dense", "fill_random_u32"]
+    gemv += ["qmv<%d, %d, %d, %d>" % (bits, group // 32, nt, xm)
+             for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_TILES for xm in QMV_INPUTS]
+    gemv += [f"{k}<{bits}>" for k in ("embed_q", "dequant") for bits in QMV_BITS]
+    elementwise = ["rmsnorm_rows", "gate_rows", "heads_out", "argmax_rows"]
+    attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode", "attn_prompt") for kv8 in (0, 1)]
+    return ([("gemv.cu", n) for n in dict.fromkeys(gemv)] + [("elementwise.cu", n) for n in elementwise]
+            + [("attention.cu", n) for n in attention])

@@ -10,6 +10,8 @@ from . import function
 i32, i64, f32 = np.int32, np.int64, np.float32
 SCAN_DK = (8, 16, 32, 64, 128, 256)  # key head dims deltanet_scan is instantiated for
 SCALE_TYPES = {"float16": 0, "bfloat16": 1, "float32": 2}
+CONV_WIDTHS = (4,)  # conv1d kernel sizes of the supported models (Qwen3.5 / 3.6: linear_conv_kernel_dim 4)
+MOE_BITS = (0, 4, 8)  # moe_gemv: float32 experts (0) or affine 4/8-bit codes
 
 
 # --- deltanet.cu ------------------------------------------------------------------------------
@@ -84,3 +86,12 @@ def moe_combine(y, weights, k: int, out, H: int, rows: int):
 def moe_shared_add(routed, ldr: int, shared, lds: int, gate, ldg: int, out, H: int, rows: int):
     f = function("moe.cu", "moe_shared_add")
     f((rows, (H + 255) // 256), (256,), (routed, i64(ldr), shared, i64(lds), gate, i64(ldg), out, i32(H)))
+
+
+# --- what CI compiles ---------------------------------------------------------------------------
+def variants() -> list[tuple[str, str]]:
+    """Every (file, kernel name) the launchers above can ask `function` for, from their own tables."""
+    deltanet = [f"{k}<{w}>" for k in ("conv1d_step", "conv1d_prompt") for w in CONV_WIDTHS]
+    deltanet += ["deltanet_gates", "gated_rmsnorm"] + ["deltanet_scan<%d, %d>" % (dk, scan_split(dk)) for dk in SCAN_DK]
+    moe = ["moe_route", "moe_swiglu", "moe_combine", "moe_shared_add"] + [f"moe_gemv<{b}>" for b in MOE_BITS]
+    return [("deltanet.cu", n) for n in deltanet] + [("moe.cu", n) for n in moe]

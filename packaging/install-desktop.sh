@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Install Lanechat's desktop entry and icons for this user (~/.local/share, or $XDG_DATA_HOME),
-# so the app starts by double-click. Exec points at the project's venv launcher ($LANECHAT_VENV,
-# default <repo>/.venv, as `make venv` builds it). Run again after moving the project.
+# so the app starts by double-click. Exec runs packaging/lanechat-launch.sh with the project's venv
+# ($LANECHAT_VENV, default <repo>/.venv, as `make venv` builds it): it logs to the state dir and
+# tells the user when the app cannot start. Run again after moving the project.
 set -euo pipefail
 
 APP_ID=io.github.lanechat.Lanechat
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${LANECHAT_VENV:-$REPO/.venv}
 LAUNCHER=$VENV/bin/lanechat
+START=$REPO/packaging/lanechat-launch.sh
 DATA=${XDG_DATA_HOME:-$HOME/.local/share}
 APPS=$DATA/applications
 ICONS=$DATA/icons/hicolor
@@ -16,20 +18,27 @@ if [ ! -x "$LAUNCHER" ]; then
     echo "install-desktop: $LAUNCHER not found; run 'make venv' first (or set LANECHAT_VENV)" >&2
     exit 1
 fi
-# Exec is always quoted (spaces are common in home folders) and % doubled, per the Desktop Entry
-# spec; the few characters that would need a second level of escaping are refused instead.
-case "$LAUNCHER" in
-    *[\"\`\$\\]*)
-        echo "install-desktop: cannot write a launcher for a path with \" \` \$ or \\ in it: $LAUNCHER" >&2
-        exit 1 ;;
-esac
-EXEC="\"${LAUNCHER//%/%%}\""
+# Exec's arguments are always quoted (spaces are common in home folders) and % doubled, per the
+# Desktop Entry spec; the few characters that would need a second level of escaping are refused.
+for path in "$START" "$VENV"; do
+    case "$path" in
+        *[\"\`\$\\]*)
+            echo "install-desktop: cannot write a launcher for a path with \" \` \$ or \\ in it: $path" >&2
+            exit 1 ;;
+    esac
+done
+EXEC="\"${START//%/%%}\" \"${VENV//%/%%}\""
+
+# Qt aborts at start without its xcb libraries; say now which apt packages bring them.
+if ! "$VENV/bin/python" -m app.qt_deps >/dev/null; then
+    echo "install-desktop: warning: the app will not open a window until the above is fixed" >&2
+fi
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 NEW=$WORK/$APP_ID.desktop
 while IFS= read -r line; do
-    line=${line//@TRYEXEC@/$LAUNCHER}
+    line=${line//@TRYEXEC@/$START}
     printf '%s\n' "${line//@EXEC@/$EXEC}"
 done < "$REPO/resources/$APP_ID.desktop.in" > "$NEW"
 if command -v desktop-file-validate >/dev/null 2>&1; then

@@ -5,7 +5,8 @@ import pytest
 
 from engine.config import ModelConfig
 from engine.errors import PlanError
-from engine.plan import GIB, make_plan
+from engine.memory import gpu_free_bytes, is_unified
+from engine.plan import GIB, UNIFIED_RESERVE, make_plan
 from engine.settings import EngineSettings
 
 MIB = 1 << 20
@@ -98,3 +99,44 @@ def test_plan_cli_reads_a_nested_config(tmp_path, capsys):
     assert out.startswith("plan: the engine's own and 7 more on 512 pages (2.50 GiB), no window")
     assert main(["plan", "--config", str(cfg), "--parallel", "0"]) == 2
     assert main(["plan", "--config", str(tmp_path / "missing.json")]) == 2
+
+
+def meminfo(tmp_path, available_gib: float) -> str:
+    path = tmp_path / "meminfo"
+    path.write_text(f"MemTotal:       124000000 kB\nMemFree:         2000000 kB\n"
+                    f"MemAvailable:   {int(available_gib * (1 << 20))} kB\nCached:         60000000 kB\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("available_gib,budget_gib", [(100, 50), (24, 8)])
+def test_an_integrated_gpu_plans_from_memavailable_and_leaves_the_desktop_16_gib(tmp_path, available_gib, budget_gib):
+    # The device as CuPy's Device.attributes describes a GB10; cudaMemGetInfo there misses the page cache.
+    device = {"Integrated": 1, "UnifiedAddressing": 1, "PageableMemoryAccessUsesHostPageTables": 1}
+    unified = is_unified(device)
+    free = gpu_free_bytes(unified, device_free=3 * GIB, pool_free=0, meminfo=meminfo(tmp_path, available_gib))
+    assert unified and free == available_gib * GIB
+    cfg = qwen_config(False)
+    s = EngineSettings(parallel=8, context=16384, paging="all")
+    p = make_plan(cfg, s, free, 0, unified=True)
+    assert p.budget_bytes == budget_gib * GIB and free - p.budget_bytes >= UNIFIED_RESERVE
+    assert p.total_bytes <= p.budget_bytes and p.unified
+    plain = make_plan(cfg, EngineSettings(parallel=8, context=16384, paging="all", memory_gib=budget_gib), free)
+    assert p.line == plain.line + " · unified memory"  # the seed's line, then the note
+
+
+def test_a_discrete_gpu_keeps_cudamemgetinfo_and_half_of_it(tmp_path):
+    device = {"Integrated": 0, "UnifiedAddressing": 1}
+    assert not is_unified(device) and not is_unified({})
+    free = gpu_free_bytes(is_unified(device), device_free=20 * GIB, pool_free=GIB, meminfo=meminfo(tmp_path, 500))
+    assert free == 21 * GIB
+    p = make_plan(qwen_config(False), EngineSettings(parallel=8, context=16384, paging="all"), free)
+    assert p.budget_bytes == int(10.5 * GIB) and "unified" not in p.line
+
+
+def test_unified_memory_too_small_for_the_reserve_says_so():
+    s = EngineSettings(parallel=8, context=16384, paging="all")
+    with pytest.raises(PlanError, match="16.00 GiB left to the desktop"):
+        make_plan(qwen_config(False), s, 17 * GIB, 0, unified=True)
+    # An explicit budget is the user's word, reserve or not.
+    assert make_plan(qwen_config(False), EngineSettings(parallel=8, context=16384, paging="all", memory_gib=12),
+                     17 * GIB, 0, unified=True).budget_bytes == 12 * GIB

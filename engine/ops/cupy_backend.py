@@ -30,6 +30,7 @@ import weakref
 import numpy as np
 
 from ..errors import BackendError, PlanError
+from ..memory import gpu_free_bytes, is_unified
 from ..weights import Affine, dequantize
 from .numpy_backend import KVCache
 
@@ -67,7 +68,7 @@ class QWeight:
     @staticmethod
     def supports(w: Affine) -> bool:
         K_ = w.packed.shape[-1] * 32 // w.bits
-        return w.packed.ndim == 2 and w.bits in (4, 8) and w.group in (32, 64, 128) and K_ % w.group == 0
+        return w.packed.ndim == 2 and w.bits in K.QMV_BITS and w.group in K.QMV_GROUPS and K_ % w.group == 0
 
     def dequantize(self):
         out = cupy.empty((self.M, self.K), cupy.float32)
@@ -250,6 +251,7 @@ class CupyBackend(Qwen35Ops):
         except Exception as e:
             raise BackendError(f"--backend cupy: no usable CUDA device ({e})") from None
         self.device = f"{props['name'].decode()} (sm_{dev.compute_capability})"
+        self.unified_memory = is_unified(dev.attributes)  # GB10: the GPU's memory is the desktop's
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self._use()
         self._graph_pool = cupy.cuda.MemoryPool()
@@ -321,7 +323,7 @@ class CupyBackend(Qwen35Ops):
 
     def free_memory(self) -> int:
         free, _total = cupy.cuda.runtime.memGetInfo()
-        return int(free + cupy.get_default_memory_pool().free_bytes())
+        return int(gpu_free_bytes(self.unified_memory, free, cupy.get_default_memory_pool().free_bytes()))
 
     def synchronize(self) -> None:
         self._use()

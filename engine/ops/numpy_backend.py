@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import ml_dtypes
 
-from ..plan import system_free_bytes
+from ..memory import system_free_bytes
 from ..sampling import sample
 from ..weights import Tensor, dequantize
 
@@ -79,6 +79,7 @@ class NumpyBackend:
     name = "numpy"
     device = "CPU"
     xp = np
+    unified_memory = False  # host memory, not a GPU's: the plan keeps its plain default budget
 
     # --- memory -------------------------------------------------------------------------
     def prepare(self, w: Tensor, kind: str = "linear") -> np.ndarray:

@@ -1,0 +1,133 @@
+"""Every kernel compiles for sm_90 (H200) and sm_121 (GB10) with NVRTC 12.9 and 13.0, without a GPU.
+
+NVRTC comes from the pip wheels of the test extra, loaded through ctypes; the sources, options and
+template instantiations are the backend's own (`kernels.source`, `kernels.OPTIONS` plus what
+`cupy.RawModule` adds, `kernels.variants()`). One program per file holds all of that file's
+instantiations; when it fails, each is compiled alone so the message names the kernel.
+"""
+import ctypes
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from nvrtc_wheels import WHEELS, library
+
+import kernels
+
+ARCHS = ("sm_90", "sm_121")
+# What cupy.RawModule appends to the caller's options before NVRTC sees them (CuPy 14,
+# cupy/cuda/compiler.py): flush-to-zero, device code by default, and -arch=sm_XX for a cubin.
+CUPY_OPTIONS = ("-ftz=true", "--device-as-default-execution-space")
+PER_PROGRAM = 6  # template instantiations compiled in one NVRTC program
+_GLOBAL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(")
+
+
+class Nvrtc:
+    """The few NVRTC calls a compile check needs."""
+
+    def __init__(self, path: Path):
+        # NVRTC opens its builtins library by name; one already loaded from the wheel satisfies that.
+        for builtins in sorted(path.parent.glob("libnvrtc-builtins.so.*")):
+            ctypes.CDLL(str(builtins))
+        self.lib = ctypes.CDLL(str(path))
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        assert self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)) == 0
+        self.version = (major.value, minor.value)
+
+    def compile(self, code: str, name: str, options: list[str], exprs: list[str]) -> tuple[bool, str, bytes]:
+        """(compiled, log, cubin) of one program with these name expressions."""
+        lib, prog = self.lib, ctypes.c_void_p()
+        assert lib.nvrtcCreateProgram(ctypes.byref(prog), code.encode(), name.encode(), 0, None, None) == 0
+        try:
+            for e in exprs:
+                assert lib.nvrtcAddNameExpression(prog, e.encode()) == 0
+            opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+            ok = lib.nvrtcCompileProgram(prog, len(options), opts) == 0
+            size = ctypes.c_size_t()
+            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetProgramLog(prog, log)
+            cubin = b""
+            if ok:
+                lowered = ctypes.c_char_p()
+                for e in exprs:  # each expression must name a kernel the program instantiated
+                    ok = ok and lib.nvrtcGetLoweredName(prog, e.encode(), ctypes.byref(lowered)) == 0
+                lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+                buf = ctypes.create_string_buffer(size.value)
+                lib.nvrtcGetCUBIN(prog, buf)
+                cubin = buf.raw
+            return ok, log.value.decode(errors="replace"), cubin
+        finally:
+            lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def nvrtc(version: str) -> Nvrtc:
+    return Nvrtc(library(version))
+
+
+def by_file() -> dict[str, list[str]]:
+    files: dict[str, list[str]] = {}
+    for file, name in kernels.variants():
+        files.setdefault(file, []).append(name)
+    return files
+
+
+def programs() -> list[tuple[str, list[str]]]:
+    """(file, names) per program: a file's instantiations in groups of a few, so the compiles
+    spread over the cores."""
+    out = []
+    for file, names in by_file().items():
+        plain, templates = [n for n in names if "<" not in n], [n for n in names if "<" in n]
+        out.append((file, plain + templates[:PER_PROGRAM]))
+        out += [(file, templates[i:i + PER_PROGRAM]) for i in range(PER_PROGRAM, len(templates), PER_PROGRAM)]
+    return out
+
+
+def check(compiler: Nvrtc, arch: str, file: str, names: list[str]) -> list[str]:
+    """Failures, each naming its kernel, for one program of `file` compiled as the backend does."""
+    options = [*kernels.OPTIONS, *CUPY_OPTIONS, f"-arch={arch}"]
+    code = kernels.source(file)
+    templates = [n for n in names if "<" in n]
+    where = f"for {arch} with NVRTC {compiler.version[0]}.{compiler.version[1]}"
+    ok, log, cubin = compiler.compile(code, file, options, templates)
+    if not ok:
+        bad = [n for n in templates if not compiler.compile(code, file, options, [n])[0]] or [file]
+        return [f"{n} ({file}) does not compile {where}:\n{log.strip()}" for n in bad]
+    # extern "C" kernels keep their names in the cubin's symbol table.
+    return [f"{n} ({file}) is not in the cubin {where}" for n in names
+            if "<" not in n and b"\0" + n.encode() + b"\0" not in cubin]
+
+
+@pytest.mark.parametrize("version", sorted(WHEELS))
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_kernel_compiles(version, arch):
+    compiler = nvrtc(version)
+    assert f"{compiler.version[0]}.{compiler.version[1]}" == version
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        failures = sum(pool.map(lambda p: check(compiler, arch, *p), programs()), [])
+    assert not failures, "\n\n".join(failures)
+
+
+def test_variants_cover_every_kernel_and_file():
+    """A kernel without a launcher entry, or an entry naming no kernel, fails here by name."""
+    files = by_file()
+    assert sorted(files) == kernels.sources()
+    for file, names in files.items():
+        defined = set(_GLOBAL.findall(kernels.source(file)))
+        listed = {n.split("<")[0] for n in names}
+        assert listed - defined == set(), f"{file}: launchers name kernels it does not define"
+        assert defined - listed == set(), f"{file}: kernels.variants() misses these kernels"
+        assert len(names) == len(set(names)), f"{file}: a variant is listed twice"
+
+
+def test_a_broken_kernel_is_named():
+    compiler = nvrtc("12.9")
+    code = "template <int N> __global__ void k(int* x) { x[0] = N / (N - N) + undefined_name; }\n" \
+           'extern "C" __global__ void fine(int* x) { x[0] = 1; }\n'
+    opts = [*kernels.OPTIONS, *CUPY_OPTIONS, "-arch=sm_121"]
+    ok, log, _ = compiler.compile(code, "broken.cu", opts, ["k<1>"])
+    assert not ok and "undefined_name" in log
+    ok, _, cubin = compiler.compile(code, "fine.cu", opts, [])
+    assert ok and b"\0fine\0" in cubin
