@@ -2,8 +2,9 @@
 
 NVRTC comes from the pip wheels of the test extra, loaded through ctypes; the sources, options and
 template instantiations are the backend's own (`kernels.source`, `kernels.OPTIONS` and
-`kernels.file_options` plus what `cupy.RawModule` adds, `kernels.variants()`). One program per file holds all of that file's
-instantiations; when it fails, each is compiled alone so the message names the kernel.
+`kernels.file_options` plus what `cupy.RawModule` adds, `kernels.variants()`). One program per file
+holds all of that file's instantiations; when it fails, each is compiled alone so the message names
+the kernel.
 """
 import ctypes
 import os
@@ -12,9 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from nvrtc_wheels import WHEELS, library
 
 import kernels
+
+from nvrtc_wheels import WHEELS, library
 
 ARCHS = ("sm_90", "sm_121")
 # What cupy.RawModule appends to the caller's options before NVRTC sees them (CuPy 14,
