@@ -121,14 +121,20 @@ class DecodeGraphs:
 def graph_bytes(cfg: ModelConfig, settings: EngineSettings) -> int:
     """What the decode graphs of these settings keep, estimated from the shapes (float32 activations):
     the logits [B, vocab] of every captured batch size B (powers of two up to the streams), and the
-    largest graph's intermediates of one layer, its attention partials the bulk at long contexts."""
+    largest graph's intermediates of one layer: activations, the attention partials (the bulk at
+    long contexts) and the widest product's segment partials."""
     top = min(1 << max(0, (settings.parallel - 1).bit_length()), MAX_GRAPH_ROWS)
     kept = (2 * top - 1) * cfg.vocab * 4  # 1 + 2 + 4 + ... + top rows
     width = -(-settings.context // settings.page_tokens)
     chunks = K.decode_chunks(width, settings.page_tokens)
     q = cfg.heads * cfg.head_dim * (2 if cfg.attn_output_gate else 1)
+    kv = 2 * cfg.kv_heads * cfg.head_dim
     mlp = max(cfg.intermediate, cfg.top_k * cfg.expert_intermediate + cfg.shared_intermediate)
     linear = cfg.conv_channels + 2 * cfg.lin_v_heads * cfg.lin_v_dim if cfg.linear_layers else 0
-    per_row = (4 * cfg.hidden + q + 2 * cfg.kv_heads * cfg.head_dim + cfg.heads * cfg.head_dim
-               + cfg.heads * chunks * (cfg.head_dim + 2) + 3 * mlp + 2 * linear)
+    attention = cfg.heads * (chunks + -(-chunks // K.GROUP)) * (cfg.head_dim + 2)
+    products = [(q + kv, cfg.hidden), (cfg.hidden, cfg.heads * cfg.head_dim), (2 * mlp, cfg.hidden),
+                (cfg.hidden, max(mlp, 1))]
+    splits = [(K.qmv_split(M, Kd)[1], -(-M // K.TM_ROWS) * K.TM_ROWS) for M, Kd in products]
+    segments = max((P * Mp for P, Mp in splits if P > 1), default=0)
+    per_row = (4 * cfg.hidden + q + kv + cfg.heads * cfg.head_dim + attention + 3 * mlp + 2 * linear + segments)
     return kept + top * per_row * 4
