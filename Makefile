@@ -10,7 +10,7 @@ comma := ,
 GPU_EXTRA := $(shell $(PYTHON) -I engine/gpu_select.py)
 EXTRAS := test$(if $(GPU_EXTRA),$(comma)$(GPU_EXTRA))
 
-.PHONY: run test fuzz venv fetch-default install-desktop clean FORCE
+.PHONY: run test test-fast lint fuzz venv fetch-default install-desktop clean FORCE
 
 # Holds the extras of the last install, rewritten only when they change (a new driver, say), so the
 # venv is rebuilt then and not on every run.
@@ -37,8 +37,16 @@ run: fetch-default
 	$(PY) -m engine doctor
 	$(VENV)/bin/lanechat
 
-test: fetch-default
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+# Everything: lint, then every test (GPU tests skip without a device).
+test: fetch-default lint
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+
+# Lint, then the tests without the `slow` ones (those run the embedded default model end to end).
+test-fast: lint
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not slow"
 
 # Not part of `make test`: mutated inputs for FUZZ_SECONDS (default 600), niced, one case at a time.
 FUZZ_SECONDS ?= 600

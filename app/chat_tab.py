@@ -78,8 +78,7 @@ class Reply:
 
     def on_finished(self, event: Finished) -> None:
         m = self.message
-        m.text = event.text or m.text
-        m.tokens = event.tokens or m.tokens
+        m.text, m.tokens = event.text, event.tokens  # the engine's whole reply: what streamed, joined
         m.tok_s = round(event.decode_tps, 2) if event.decode_tps else m.tok_s
         m.interrupted = event.reason in ("cancelled", "shutdown")
         self.tab.end_reply(self, length_limit=event.reason == "length")

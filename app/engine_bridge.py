@@ -18,8 +18,18 @@ from typing import Callable, Protocol
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from engine import (Engine, EngineInfo, EngineSettings, Failed, Finished, LanechatError, Queued,
-                    SamplingParams, Started, Token)
+from engine import (
+    Engine,
+    EngineInfo,
+    EngineSettings,
+    Failed,
+    Finished,
+    LanechatError,
+    Queued,
+    SamplingParams,
+    Started,
+    Token,
+)
 
 log = logging.getLogger(__name__)
 engine_log = logging.getLogger("engine")
@@ -46,7 +56,7 @@ class Ticket:
     sampling: SamplingParams | None
     sink: RequestSink
     key: tuple[int, int] | None = None  # (engine generation, engine request id) once submitted
-    tokens: int = 0
+    tokens: int = 0  # the engine's count, as of the last Token event
     done: bool = False
 
 
@@ -227,7 +237,7 @@ class EngineBridge(QObject):
             if ticket is None or ticket.done:
                 continue
             if isinstance(ev, Token):
-                ticket.tokens += ev.token_id != Token.NO_TOKEN
+                ticket.tokens = ev.tokens
                 text.setdefault(ticket, []).append(ev.text)
                 continue
             self._flush(ticket, text.pop(ticket, None))  # text before the event that follows it

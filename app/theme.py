@@ -22,11 +22,6 @@ def error_color(palette: QPalette) -> QColor:
     return QColor("#ff8a80") if dark else QColor("#b3261e")
 
 
-def ok_color(palette: QPalette) -> QColor:
-    dark = palette.color(QPalette.ColorRole.Base).lightnessF() < 0.5
-    return QColor("#81c995") if dark else QColor("#1e7a34")
-
-
 def restyle(widget: QWidget, object_name: str) -> None:
     """Switch a widget to another stylesheet rule (the rules select on object names)."""
     widget.setObjectName(object_name)

@@ -8,8 +8,16 @@ from typing import Callable
 
 from PySide6.QtCore import QByteArray, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence
-from PySide6.QtWidgets import (QFileDialog, QMainWindow, QMenu, QMessageBox, QProgressDialog, QSplitter,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QProgressDialog,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
 
 from engine import EngineSettings, LanechatError
 
@@ -210,7 +218,8 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"Exported to {path}", 5000)
 
     def confirm(self, title: str, text: str) -> bool:
-        answer = QMessageBox.question(self, title, text, QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+        buttons = QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel
+        answer = QMessageBox.question(self, title, text, buttons,
                                       QMessageBox.StandardButton.Cancel)
         return answer == QMessageBox.StandardButton.Yes
 

@@ -17,8 +17,18 @@ from typing import Callable
 import numpy as np
 
 from .errors import LanechatError, RequestError
-from .settings import (MAX_CONTEXT, MAX_MEMORY_GIB, MAX_PAGE_TOKENS, MAX_PARALLEL, MAX_PREFILL_CHUNK,
-                       MAX_TEMPERATURE, MAX_TOKEN_ID, MAX_TOKENS, EngineSettings, SamplingParams)
+from .settings import (
+    MAX_CONTEXT,
+    MAX_MEMORY_GIB,
+    MAX_PAGE_TOKENS,
+    MAX_PARALLEL,
+    MAX_PREFILL_CHUNK,
+    MAX_TEMPERATURE,
+    MAX_TOKEN_ID,
+    MAX_TOKENS,
+    EngineSettings,
+    SamplingParams,
+)
 
 
 class UsageError(LanechatError):

@@ -150,7 +150,7 @@ def synthetic_on_device(name: str, backend, seed: int = 0, bits: int = 4):
         raise PlanError(f"synthetic {name} needs {need / GIB:.2f} GiB of weights but the GPU has {free / GIB:.2f} GiB "
                         "free; pick a smaller model")
     crng = cupy.random.RandomState(seed)
-    backend._use()
+    backend.make_current()
 
     def make_affine(i: int, shape: tuple, b: int, g: int, std: float) -> Affine:
         *lead, out, n = shape
@@ -203,38 +203,28 @@ class Bench:
         b.synchronize()
         return time.perf_counter() - t, seqs
 
-    def timed_decode(self, sched):
-        """Wrap the scheduler's decode step: wall time of each step and the bytes it must read."""
-        inner = sched._decode
-        b, model, cfg, dtype = self.runner.backend, self.runner.model, self.runner.loaded.config, self.settings.kv_dtype
+    def timed_decode(self, sched) -> None:
+        """Observe the scheduler's decode steps: wall time of each and the bytes it must read."""
+        model, cfg, dtype = self.runner.model, self.runner.loaded.config, self.settings.kv_dtype
 
-        def step(seqs):
-            pos = [q.computed for q in seqs]
-            b.synchronize()
-            t = time.perf_counter()
-            inner(seqs)
-            b.synchronize()
-            dt = time.perf_counter() - t
-            self.steps.append((len(seqs), dt, step_weight_bytes(model, len(seqs)) + step_kv_bytes(cfg, dtype, pos)))
-        sched._decode = step
+        def observe(step) -> None:
+            rows = len(step.positions)
+            self.steps.append((rows, step.seconds, step_weight_bytes(model, rows)
+                               + step_kv_bytes(cfg, dtype, step.positions)))
+        sched.step_observer = observe
 
 
 def build_runner(a, s: EngineSettings, log):
-    """(runner, description): a Runner for --model/--synthetic; synthetic weights on the GPU."""
+    """A Runner for --model/--synthetic; synthetic weights on the GPU."""
     from .engine import Runner
-    from .models import build
     from .ops import get_backend
     if a.synthetic:
         backend = get_backend(s.backend, log=log)
         if backend.name == "cupy":
-            runner = Runner.__new__(Runner)
-            runner.backend = backend
             t = time.perf_counter()
-            runner.loaded = synthetic_on_device(a.synthetic, backend)
-            runner.tokenizer = runner.loaded.tokenizer
-            runner.model = build(runner.loaded, backend)
-            runner.loaded.weights.clear()  # the canonical copies; the model keeps its own
-            backend.synchronize()
+            loaded = synthetic_on_device(a.synthetic, backend)
+            runner = Runner.from_model(loaded, backend)
+            loaded.weights.clear()  # the canonical copies; the model keeps its own
             log(f"bench: synthetic {a.synthetic} built on the GPU in {time.perf_counter() - t:.1f} s")
             return runner
         s = replace(s, model=f"synthetic:{a.synthetic}")
@@ -302,6 +292,7 @@ def main(a) -> int:
             log(f"bench: {name}: {tokens} tokens in {dt:.2f} s")
     print(format_table(cells))
     if b.name == "cupy":
-        graphs = sum(1 for per in b._graphs.values() for e in per.values() if e.graph is not None)
-        print(f"decode graphs replayed: {graphs} batch sizes captured, {len(b.graph_failures)} failed")
+        g = b.graph_stats()
+        print(f"decode graphs replayed: {g.captured} batch sizes captured, {len(g.failed)} failed, "
+              f"pool {g.pool_bytes / GIB:.2f} GiB")
     return 0

@@ -14,9 +14,12 @@ from typing import Callable
 from .errors import ContextLengthError, LanechatError, RequestError
 from .events import Event, Failed, Finished
 from .models import build
+from .ops.base import Backend
 from .plan import Plan, make_plan
 from .scheduler import Scheduler, Sequence, Snapshot
 from .settings import EngineSettings, SamplingParams
+from .textstream import TextStream
+from .weights import Model
 
 Progress = Callable[[str, float], None]
 
@@ -41,32 +44,46 @@ class Usage:
 
 
 class Runner:
-    """A loaded model on a backend; makes schedulers for any KV settings (same weights)."""
+    """A loaded model on a backend; makes schedulers for any KV settings (same weights), each with a
+    cache of its own."""
 
     def __init__(self, settings: EngineSettings, progress: Progress | None = None, log=print):
         from .ops import get_backend
         settings.validate()
         say = progress or (lambda msg, frac: None)
-        self.backend = get_backend(settings.backend, log=log)
+        backend = get_backend(settings.backend, log=log)
         say("reading the model", 0.05)
         if settings.model and settings.model.startswith("synthetic:"):
             from .synthetic import synthetic
-            self.loaded = synthetic(settings.model.split(":", 1)[1])
+            loaded = synthetic(settings.model.split(":", 1)[1])
         else:
             from .loader import load_model
-            self.loaded = load_model(settings.model, progress)
-        self.tokenizer = self.loaded.tokenizer
-        say(f"preparing weights on {self.backend.device}", 0.6)
-        self.model = build(self.loaded, self.backend)
-        self.backend.synchronize()
+            loaded = load_model(settings.model, progress)
+        say(f"preparing weights on {backend.device}", 0.6)
+        self._prepare(loaded, backend)
         say("ready", 1.0)
+
+    @classmethod
+    def from_model(cls, loaded: Model, backend: Backend) -> "Runner":
+        """A Runner for a model already in memory (the bench's synthetic weights built on the GPU)."""
+        runner = cls.__new__(cls)
+        runner._prepare(loaded, backend)
+        return runner
+
+    def _prepare(self, loaded: Model, backend: Backend) -> None:
+        self.backend, self.loaded, self.tokenizer = backend, loaded, loaded.tokenizer
+        self.model = build(loaded, backend)
+        backend.synchronize()
 
     def plan(self, settings: EngineSettings) -> Plan:
         # Weights are already in memory: the budget is a share of what is free now.
-        return make_plan(self.loaded.config, settings, self.backend.free_memory(), 0, self.backend.unified_memory)
+        cfg = self.loaded.config
+        return make_plan(cfg, settings, self.backend.free_memory(), 0, self.backend.unified_memory,
+                         self.backend.graph_bytes(cfg, settings))
 
-    def scheduler(self, settings: EngineSettings) -> Scheduler:
-        return Scheduler(settings, self.plan(settings), self.model, self.backend, self.tokenizer)
+    def scheduler(self, settings: EngineSettings, kv_store: str | None = None) -> Scheduler:
+        """A scheduler with a cache of its own; kv_store: tests' lossless `kv.cache.F32` K/V."""
+        return Scheduler(settings, self.plan(settings), self.model, self.backend, self.tokenizer, kv_store)
 
     def sequence(self, rid: int, settings: EngineSettings, messages: list[dict] | None, sampling: SamplingParams | None,
                  on_event: Callable[[Event], None], prompt_ids: list[int] | None = None,
@@ -97,7 +114,8 @@ class Runner:
         detok = self.tokenizer.stream()
         for t in ids[prompt_len:]:
             detok.push(t)  # a resumed stream's text so far primes the detokenizer
-        return Sequence(rid, ids, prompt_len, params, guarded(on_event), detok, snapshot_at_end, resume)
+        return Sequence(rid, ids, prompt_len, params, guarded(on_event), TextStream(detok, params.stop),
+                        snapshot_at_end, resume)
 
 
 def check_messages(messages: object) -> list[dict]:
@@ -241,7 +259,8 @@ class Engine:
                     cmd = None
             if sched.busy:
                 sched.step()
-            self._usage = Usage(sched.lanes.pages_used(), sched.lanes.total_pages, len(sched.active), len(sched.waiting))
+            lanes = sched.lanes
+            self._usage = Usage(lanes.pages_used(), lanes.total_pages, len(sched.active), len(sched.waiting))
 
 
 def run_to_end(sched: Scheduler, seqs: list[Sequence]) -> dict[int, Finished | Failed]:

@@ -1,6 +1,7 @@
 """What a request tells its caller, from the engine thread, through `on_event`.
 
-Callbacks run on the engine thread: keep them short and hand off (the app posts Qt signals).
+Callbacks run on the engine thread: keep them short and hand off (the app buffers each event for
+its GUI thread to drain).
 """
 from __future__ import annotations
 
@@ -33,13 +34,14 @@ class Token:
     request_id: int
     token_id: int
     text: str  # may be empty inside a multi-byte character
+    tokens: int  # tokens generated so far, this one included
 
 
 @dataclass(frozen=True)
 class Finished:
     request_id: int
     reason: str  # "eos" | "stop" | "length" | "cancelled" (by its caller) | "shutdown" (the engine stopped)
-    text: str
+    text: str  # the whole reply: what the Token events carried, joined
     tokens: int
     prompt_tokens: int
     prompt_tps: float

@@ -120,7 +120,8 @@ def run(settings: EngineSettings, chats: list[list[dict]], max_tokens: int, quic
             t = time.perf_counter()
             s = replace(settings, kv_dtype=dtype, paging=paging, page_tokens=page)
             outs[name] = run_arm(runner, s, prompts, max_tokens)
-            log(f"gates: {runner.loaded.name} {dtype} {name}: {len(outs[name])} outputs in {time.perf_counter() - t:.1f} s")
+            dt = time.perf_counter() - t
+            log(f"gates: {runner.loaded.name} {dtype} {name}: {len(outs[name])} outputs in {dt:.1f} s")
         table[f"{runner.loaded.name} {dtype}"] = compare(outs["contiguous"], outs)
     return table
 

@@ -28,6 +28,7 @@ class Plan:
     parallel: int = 0
     context: int = 0
     page_tokens: int = 0
+    kv_dtype: str = "bf16"
     page_bytes: int = 0
     window_pages: int = 0  # pages in one window (= one context)
     windows: int = 0  # lanes with a window of their own
@@ -36,6 +37,7 @@ class Plan:
     kv_bytes: int = 0  # windows + pool
     budget_bytes: int = 0
     unified: bool = False  # the GPU's memory is the system's (GB10)
+    graph_bytes: int = 0  # what the backend's captured decode graphs keep (outside the KV budget)
 
     @property
     def pages_total(self) -> int:
@@ -51,9 +53,11 @@ def gib(n: int) -> str:
 
 
 def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None, weight_bytes: int = 0,
-              unified: bool = False) -> Plan:
+              unified: bool = False, graph_bytes: int = 0) -> Plan:
     """Raises PlanError with the setting to change when the settings cannot work. `unified`: the
-    memory is shared with the desktop, whose UNIFIED_RESERVE the default budget leaves alone."""
+    memory is shared with the desktop, whose UNIFIED_RESERVE the default budget leaves alone.
+    `graph_bytes`: what the backend's decode graphs will keep (`Backend.graph_bytes`), taken off the
+    free memory first."""
     s.validate()
     if s.context > cfg.max_position:
         raise PlanError(f"context {s.context} is beyond the model's maximum of {cfg.max_position} tokens")
@@ -71,12 +75,13 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
         source = f"a memory budget of {s.memory_gib:g} GiB"
     else:
         free = system_free_bytes() if free_bytes is None else free_bytes
-        after = max(0, free - weight_bytes)
+        after = max(0, free - weight_bytes - graph_bytes)
         budget = int(after * DEFAULT_FRACTION)
-        source = f"the default budget ({gib(budget)}, half of what is free after the weights)"
+        kept = "the weights and decode graphs" if graph_bytes else "the weights"
+        source = f"the default budget ({gib(budget)}, half of what is free after {kept})"
         if unified and budget > after - UNIFIED_RESERVE:
             budget = max(0, after - UNIFIED_RESERVE)
-            source = (f"the default budget ({gib(budget)}: what is free after the weights, less "
+            source = (f"the default budget ({gib(budget)}: what is free after {kept}, less "
                       f"{gib(UNIFIED_RESERVE)} left to the desktop)")
     min_pool = W if pool_lanes else 0  # a pool lane must be able to hold one whole context
     if budget < fixed + min_pool * page_bytes:
@@ -89,9 +94,10 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
         raise PlanError(f"{source} asks for {gib(fixed + pool * page_bytes)} of KV memory, but only "
                         f"{gib(max(0, free_bytes - weight_bytes))} is free; lower the memory budget, context or "
                         f"parallel")
-    p = Plan(line="", fits=True, mode=s.paging, parallel=n, context=s.context, page_tokens=P,
-             page_bytes=page_bytes, window_pages=W, windows=windows, pool_pages=pool,
-             state_bytes=state, kv_bytes=(windows * W + pool) * page_bytes, budget_bytes=budget, unified=unified)
+    p = Plan(line="", fits=True, mode=s.paging, parallel=n, context=s.context, page_tokens=P, kv_dtype=s.kv_dtype,
+             page_bytes=page_bytes, window_pages=W, windows=windows, pool_pages=pool, state_bytes=state,
+             kv_bytes=(windows * W + pool) * page_bytes, budget_bytes=budget, unified=unified,
+             graph_bytes=graph_bytes)
     p.line = plan_line(p)
     return p
 
@@ -105,11 +111,15 @@ def plan_line(p: Plan) -> str:
         who = "the engine's own" + (f" and {others} more" if others else "")
         line = f"plan: {who} on {pool}, no window"
     elif p.mode == "pages":
-        line = f"plan: the engine's own window ({window})" + (f" and {others} more on {pool}" if others else ", no pages")
+        rest = f" and {others} more on {pool}" if others else ", no pages"
+        line = f"plan: the engine's own window ({window}){rest}"
     else:
-        line = f"plan: {p.parallel} window{'s' if p.parallel > 1 else ''} of {p.context} tokens ({gib(p.kv_bytes)}), no pages"
+        windows = f"{p.parallel} window{'s' if p.parallel > 1 else ''}"
+        line = f"plan: {windows} of {p.context} tokens ({gib(p.kv_bytes)}), no pages"
     if p.state_bytes:
         line += f", recurrent state {gib(p.state_bytes)}"
+    if p.graph_bytes:
+        line += f", decode graphs {gib(p.graph_bytes)}"
     if p.unified:
         line += " · unified memory"
     return line

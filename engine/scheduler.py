@@ -1,8 +1,10 @@
 """Scheduler: streams on lanes; each step admits, runs prompt chunks, one batched decode, samples, emits.
 
-A sequence's tokens are prompt + generated; `computed` of them have K/V in its lane. Prompt chunks
-start at absolute multiples of the chunk size, so a prompt is cut the same way whatever else runs.
-Runs on the engine thread (or the caller's, for the CLI and the gates): no locking here.
+A sequence's tokens are prompt + generated; `computed` of them have K/V in its lane's part of the
+cache. Prompt chunks start at absolute multiples of the chunk size, so a prompt is cut the same way
+whatever else runs. The scheduler deals in ids, lanes and rows; each sequence's TextStream turns
+its ids into text. Runs on the engine thread (or the caller's, for the CLI and the gates): no
+locking here.
 """
 from __future__ import annotations
 
@@ -15,20 +17,31 @@ from typing import Callable
 import numpy as np
 
 from .events import Event, Failed, Finished, Queued, Started, Token
-from .kv import Lane, Lanes
+from .kv import Lane, Lanes, LaneState
+from .ops.base import Backend
 from .plan import Plan
 from .rows import Rows
 from .settings import EngineSettings, SamplingParams
+from .textstream import TextStream
 
 
 @dataclass
 class Snapshot:
-    """A stream stopped between steps: its tokens, its K/V rows and recurrent state, on the host."""
+    """A stream stopped between steps: its tokens and, on the host, its state in the cache."""
     tokens: list[int]
     prompt_len: int
-    kv: list  # per attention layer: (k rows, v rows[, k scales, v scales]) as host arrays
-    state: list  # per recurrent layer: host arrays (model-defined)
-    kv_dtype: str
+    cache: LaneState  # K/V rows of tokens[:-1] and the recurrent state after them
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.cache.kv_dtype
+
+
+@dataclass
+class StepStats:
+    """One decode step, for a step observer: its rows' positions and its wall time (synchronised)."""
+    positions: list[int]
+    seconds: float
 
 
 @dataclass
@@ -38,13 +51,11 @@ class Sequence:
     prompt_len: int
     params: SamplingParams
     on_event: Callable[[Event], None]
-    detok: object
+    text: TextStream
     snapshot_at_end: bool = False
     resume: Snapshot | None = None
     lane: Lane | None = None
     computed: int = 0
-    text: str = ""
-    emitted: int = 0  # characters of `text` already sent
     t_start: float = 0.0
     t_first: float = 0.0
     prompt_done: bool = False
@@ -60,18 +71,17 @@ class Sequence:
 
 
 class Scheduler:
-    def __init__(self, settings: EngineSettings, plan: Plan, model, backend, tokenizer):
+    def __init__(self, settings: EngineSettings, plan: Plan, model, backend: Backend, tokenizer,
+                 kv_store: str | None = None):
+        """kv_store: the K/V storage of the cache, plan.kv_dtype unless a test asks for `kv.cache.F32`."""
         self.s, self.plan, self.model, self.b, self.tok = settings, plan, model, backend, tokenizer
         self.lanes = Lanes(settings.parallel, settings.context, settings.page_tokens, settings.paging, plan.pool_pages)
-        cfg = model.cfg
-        # One page past the last is scratch: padding rows of a captured decode batch write there.
-        self.scratch_page = self.lanes.total_pages
-        self.cache = backend.kv_cache(len(cfg.attention_layers), self.lanes.total_pages + 1, settings.page_tokens,
-                                      cfg.kv_heads, cfg.head_dim, settings.kv_dtype)
-        model.allocate_state(settings.parallel)
+        self.cache = model.make_cache(backend, plan, kv_store)  # this scheduler's streams' state, and only theirs
         self.waiting: deque[Sequence] = deque()
         self.active: list[Sequence] = []
         self.snapshots: dict[int, Snapshot] = {}
+        # Called after every decode step with its StepStats; the step then synchronises the device twice.
+        self.step_observer: Callable[[StepStats], None] | None = None
 
     # --- requests ------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -121,7 +131,7 @@ class Scheduler:
                 return
             self.waiting.popleft()
             seq.lane, seq.t_start = lane, time.perf_counter()
-            self.model.reset_state(lane.index)
+            self.cache.reset(lane.index)
             self.active.append(seq)
             if seq.resume:
                 self._restore(seq)
@@ -159,8 +169,15 @@ class Scheduler:
                 self._append(seq, self._choose(logits, [seq])[0])
 
     def _decode(self, seqs: list[Sequence]) -> None:
-        # The scratch page takes the writes of padding rows (a GPU backend replays captured graphs).
-        logits = self.b.decode_step(self.model, self._rows(seqs, False), self.cache, self.scratch_page)
+        rows = self._rows(seqs, False)
+        if self.step_observer is None:
+            logits = self.b.decode_step(self.model, rows, self.cache)
+        else:
+            self.b.synchronize()
+            t = time.perf_counter()
+            logits = self.b.decode_step(self.model, rows, self.cache)
+            self.b.synchronize()
+            self.step_observer(StepStats(rows.positions.tolist(), time.perf_counter() - t))
         for seq in seqs:
             seq.computed += 1
         for seq, tok in zip(seqs, self._choose(logits, seqs)):
@@ -174,17 +191,10 @@ class Scheduler:
         seq.tokens.append(tok)
         p = seq.params
         if tok in self.tok.eos_ids and not p.ignore_eos:
-            seq.on_event(Token(seq.id, tok, ""))
+            seq.on_event(Token(seq.id, tok, "", seq.generated))
             return self._finish(seq, "eos")
-        seq.text += seq.detok.push(tok)
-        stop_at = min((i for i in (seq.text.find(s) for s in p.stop if s) if i >= 0), default=-1)
-        if stop_at >= 0:
-            seq.text = seq.text[:stop_at]
-        hold = 0 if stop_at >= 0 else max((len(s) - 1 for s in p.stop), default=0)
-        upto = max(seq.emitted, len(seq.text) - hold)
-        seq.on_event(Token(seq.id, tok, seq.text[seq.emitted: upto]))
-        seq.emitted = upto
-        if stop_at >= 0:
+        seq.on_event(Token(seq.id, tok, seq.text.push(tok), seq.generated))
+        if seq.text.stopped:
             self._finish(seq, "stop")
         elif seq.generated >= p.max_tokens or len(seq.tokens) >= self.s.context:
             self._finish(seq, "length")
@@ -195,16 +205,14 @@ class Scheduler:
                 self.snapshots[seq.id] = self._snapshot(seq)
             self.active.remove(seq)
             self.lanes.release(seq.lane)
-        if reason not in ("stop",):
-            seq.text += seq.detok.flush()
         now = time.perf_counter()
         prompt_s = (seq.t_first - seq.t_start) if seq.t_first else 0.0
         decode_s = now - seq.t_first if seq.t_first else 0.0
         n = seq.generated
-        if len(seq.text) > seq.emitted:  # text held back (stop-string prefix, partial character)
-            seq.on_event(Token(seq.id, Token.NO_TOKEN, seq.text[seq.emitted:]))
-            seq.emitted = len(seq.text)
-        seq.on_event(Finished(seq.id, reason, seq.text, n, seq.prompt_len,
+        rest = seq.text.finish()
+        if rest:  # text held back (stop-string prefix, partial character)
+            seq.on_event(Token(seq.id, Token.NO_TOKEN, rest, n))
+        seq.on_event(Finished(seq.id, reason, seq.text.text, n, seq.prompt_len,
                               seq.prompt_len / prompt_s if prompt_s > 0 else 0.0,
                               (n - 1) / decode_s if decode_s > 0 and n > 1 else 0.0))
 
@@ -233,9 +241,10 @@ class Scheduler:
 
     def prompt_logits(self, ids: list[int]) -> np.ndarray:
         """Float32 logits of the last position of a prompt, run in chunks on a free lane."""
-        seq = Sequence(0, list(ids), len(ids), SamplingParams(temperature=0), lambda e: None, None)
+        seq = Sequence(0, list(ids), len(ids), SamplingParams(temperature=0), lambda e: None,
+                       TextStream(self.tok.stream(), []))
         seq.lane = self.lanes.acquire()
-        self.model.reset_state(seq.lane.index)
+        self.cache.reset(seq.lane.index)
         try:
             while seq.computed < seq.target:
                 logits = self._run_chunk(seq)
@@ -245,19 +254,11 @@ class Scheduler:
 
     # --- snapshots -----------------------------------------------------------------------
     def _snapshot(self, seq: Sequence) -> Snapshot:
-        rows = self._slot_rows(seq.lane, seq.computed)
-        return Snapshot(list(seq.tokens), seq.prompt_len, self.cache.read_rows(self.b, rows),
-                        self.model.read_state(seq.lane.index), self.s.kv_dtype)
+        return Snapshot(list(seq.tokens), seq.prompt_len, self.cache.read(seq.lane, seq.computed))
 
     def _restore(self, seq: Sequence) -> None:
         snap = seq.resume
-        n = len(snap.tokens) - 1  # the last sampled token is fed by the next decode step
+        n = snap.cache.n  # the last sampled token is fed by the next decode step
         self.lanes.ensure(seq.lane, n + 1)
-        self.cache.write_rows(self.b, self._slot_rows(seq.lane, n), snap.kv)
-        self.model.write_state(seq.lane.index, snap.state)
+        self.cache.write(seq.lane, snap.cache)
         seq.computed, seq.prompt_done, seq.t_first = n, True, time.perf_counter()
-
-    def _slot_rows(self, lane: Lane, n: int) -> np.ndarray:
-        pos = np.arange(n)
-        table = self.lanes.table(lane)
-        return table[pos // self.s.page_tokens].astype(np.int64) * self.s.page_tokens + pos % self.s.page_tokens

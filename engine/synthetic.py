@@ -76,7 +76,8 @@ class ByteTokenizer:
     def encode_chat(self, messages: list[dict], limit: int | None = None) -> list[int]:
         text = self.render_chat(messages)
         if limit is not None and len(text) > limit:
-            raise ContextLengthError(f"the conversation ({len(text)} characters) does not fit the context of {limit} tokens")
+            raise ContextLengthError(f"the conversation ({len(text)} characters) does not fit the context of "
+                                     f"{limit} tokens")
         return [self.bos_id] + self.encode(text)
 
     def stream(self):
@@ -166,7 +167,8 @@ def synthetic(name: str, seed: int = 0, bits: int = 4, make_affine=None) -> Mode
     cfg, group = config_for(name)
     rng = np.random.default_rng(seed)
     if make_affine is None:
-        make_affine = lambda i, shape, b, g, std: _random_affine(rng, shape, b, g, std)
+        def make_affine(i, shape, b, g, std):
+            return _random_affine(rng, shape, b, g, std)
     weights = {}
     for i, (wname, (shape, kind)) in enumerate(weight_shapes(cfg).items()):
         if kind in ("linear", "router"):

@@ -124,8 +124,8 @@ class Tokenizer:
         fit in that many tokens is refused before it is encoded: encoding costs memory per token."""
         text = self.render_chat(messages, add_generation_prompt, **extra)
         if limit is not None and len(text) > limit * self.max_token_chars:
-            raise ContextLengthError(f"the conversation ({len(text)} characters) does not fit the context of {limit} tokens; "
-                               "shorten the conversation or raise the context in settings")
+            raise ContextLengthError(f"the conversation ({len(text)} characters) does not fit the context of "
+                                     f"{limit} tokens; shorten the conversation or raise the context in settings")
         # the rendered template carries its own BOS where the model wants one, as in transformers
         return self.encode(text, add_special=False)
 

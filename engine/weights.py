@@ -82,7 +82,8 @@ def quantize(w: np.ndarray, bits: int, group: int, scale_dtype: Any = np.float16
     scale = scale.astype(scale_dtype).astype(np.float32)
     bias = lo.astype(scale_dtype).astype(np.float32)
     q = np.clip(np.rint((g - bias[..., None]) / scale[..., None]), 0, levels).astype(np.uint8)
-    return Affine(pack(q.reshape(*lead, out, n), bits), scale.astype(scale_dtype), bias.astype(scale_dtype), bits, group)
+    packed = pack(q.reshape(*lead, out, n), bits)
+    return Affine(packed, scale.astype(scale_dtype), bias.astype(scale_dtype), bits, group)
 
 
 @dataclass
@@ -96,9 +97,6 @@ class Model:
     source: str
     format: str  # "gguf" | "hf" | "mlx"
     meta: dict = field(default_factory=dict)
-
-    def get(self, name: str) -> Tensor:
-        return self.weights[name]
 
     @property
     def nbytes(self) -> int:

@@ -39,11 +39,17 @@ def source(name: str) -> str:
     return expand((HERE / name).read_text())
 
 
+def file_options(file: str) -> tuple[str, ...]:
+    """The NVRTC options of one file beyond OPTIONS: the -D values of constants its launchers own."""
+    from . import launch  # it imports this module
+    return launch.FILE_OPTIONS.get(file, ())
+
+
 @lru_cache(maxsize=None)
 def _module(file: str, expr: str | None):
     import cupy
     kw = {"name_expressions": (expr,)} if expr else {}
-    return cupy.RawModule(code=source(file), options=OPTIONS, **kw)
+    return cupy.RawModule(code=source(file), options=OPTIONS + file_options(file), **kw)
 
 
 class _Checked:

@@ -10,7 +10,11 @@
 // groups. The split depends only on the position, never on the page size or on how many rows run.
 #include "common.cuh"
 
-#define CHUNK 64  // absolute key positions per decode-attention block
+// CHUNK (absolute key positions per decode-attention block) and GROUP (chunks merged together before
+// the groups are): kernels/launch.py holds the one value of each and defines them (-DCHUNK=, -DGROUP=).
+#if !defined(CHUNK) || !defined(GROUP)
+#error "attention.cu needs CHUNK and GROUP: compile it through kernels.launch"
+#endif
 
 DEV i64 slot_of(const int* __restrict__ tab, int p, int pt) { return (i64)tab[p / pt] * pt + (p % pt); }
 
@@ -57,7 +61,6 @@ __global__ void __launch_bounds__(64) kv_write(const float* __restrict__ k, i64 
 // groups of GROUP in chunk order by the last of the group to finish, then the groups in order by
 // the last group to finish. Dynamic shared memory: decode_smem() in launch.py.
 // part: [n, H, nch, D + 2]; gpart: [n, H, ngroups, D + 2]; counters [n * KH * (ngroups + 1)], zero.
-#define GROUP 16
 
 DEV u32 smem_u32(const void* p) {
   u32 a;

@@ -85,6 +85,20 @@ DEV float warp_max(float v) {
   return v;
 }
 
+// The argmax order: a larger value wins, a tie goes to the lower index (numpy's argmax, and the
+// stable top-k of the MoE router).
+DEV bool argmax_beats(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
+
+// Each lane's (value, index) candidate -> the warp's best by `argmax_beats`, in every lane.
+DEV void warp_argmax(float& v, int& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(FULL_MASK, v, o);
+    const int oi = __shfl_xor_sync(FULL_MASK, i, o);
+    if (argmax_beats(ov, oi, v, i)) { v = ov; i = oi; }
+  }
+}
+
 DEV float silu_mul_f(float g, float u) {
   return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
 }

@@ -72,14 +72,9 @@ extern "C" __global__ void __launch_bounds__(1024) argmax_rows(const float* __re
   int bi = 0x7fffffff;
   for (int i = threadIdx.x; i < V; i += 1024) {
     const float v = xr[i];
-    if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; }
+    if (argmax_beats(v, i, bv, bi)) { bv = v; bi = i; }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(FULL_MASK, bv, o);
-    const int oi = __shfl_xor_sync(FULL_MASK, bi, o);
-    if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-  }
+  warp_argmax(bv, bi);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (lane == 0) { bv_s[warp] = bv; bi_s[warp] = bi; }
   __syncthreads();
@@ -87,7 +82,7 @@ extern "C" __global__ void __launch_bounds__(1024) argmax_rows(const float* __re
     float v = bv_s[0];
     int b = bi_s[0];
     for (int w = 1; w < 32; ++w)
-      if (bv_s[w] > v || (bv_s[w] == v && bi_s[w] < b)) { v = bv_s[w]; b = bi_s[w]; }
+      if (argmax_beats(bv_s[w], bi_s[w], v, b)) { v = bv_s[w]; b = bi_s[w]; }
     out[blockIdx.x] = b == 0x7fffffff ? 0 : b;
   }
 }

@@ -8,8 +8,10 @@ import numpy as np
 
 from . import function
 
-CHUNK = 64  # absolute key positions per decode-attention block (attention.cu)
-GROUP = 16  # chunks merged together before the groups are (attention.cu)
+CHUNK = 64  # absolute key positions per decode-attention block: the one value (attention.cu gets -DCHUNK)
+GROUP = 16  # chunks merged together before the groups are: the one value (attention.cu gets -DGROUP)
+# NVRTC options per source file (kernels.file_options): the constants above, compiled in.
+FILE_OPTIONS = {"attention.cu": ("-DCHUNK=%d" % CHUNK, "-DGROUP=%d" % GROUP)}
 NULL = np.uint64(0)
 
 i32, i64, f32 = np.int32, np.int64, np.float32

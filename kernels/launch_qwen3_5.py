@@ -9,7 +9,6 @@ from . import function
 
 i32, i64, f32 = np.int32, np.int64, np.float32
 SCAN_DK = (8, 16, 32, 64, 128, 256)  # key head dims deltanet_scan is instantiated for
-SCALE_TYPES = {"float16": 0, "bfloat16": 1, "float32": 2}
 CONV_WIDTHS = (4,)  # conv1d kernel sizes of the supported models (Qwen3.5 / 3.6: linear_conv_kernel_dim 4)
 MOE_BITS = (0, 4, 8)  # moe_gemv: float32 experts (0) or affine 4/8-bit codes
 

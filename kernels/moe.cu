@@ -28,14 +28,9 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, i64 ld, i
     int bi = 0x7fffffff;
     for (int e = lane, bit = 0; e < E; e += 32, ++bit) {
       const float p = __fdiv_rn(expf(__fsub_rn(x[e], mx)), sum);
-      if (!((taken >> bit) & 1u) && (p > bv || (p == bv && e < bi))) { bv = p; bi = e; }
+      if (!((taken >> bit) & 1u) && argmax_beats(p, e, bv, bi)) { bv = p; bi = e; }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(FULL_MASK, bv, o);
-      const int oi = __shfl_xor_sync(FULL_MASK, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-    }
+    warp_argmax(bv, bi);
     if (lane == j) { mine = bi; mine_p = bv; }
     if (bi % 32 == lane) taken |= 1u << (bi / 32);
   }

@@ -1,5 +1,8 @@
 """Shared fixtures. Engine section first, then the app's."""
+import asyncio as _asyncio
 import gc
+import os as _os
+from pathlib import Path as _Path
 
 import pytest
 
@@ -35,10 +38,6 @@ def default_model() -> str:
 # App fixtures (tests/test_app_*.py): Qt offscreen, a private LANECHAT_HOME, a model for the
 # numpy backend, and a qasync loop that runs inside pytest-qt's event processing.
 # ---------------------------------------------------------------------------------------------
-import asyncio as _asyncio
-import os as _os
-from pathlib import Path as _Path
-
 _os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 

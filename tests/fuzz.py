@@ -29,13 +29,13 @@ os.environ.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", TOKENIZERS_PARA
                   RAYON_NUM_THREADS="1", QT_QPA_PLATFORM="offscreen")
 sys.path.insert(0, str(Path(__file__).parent))
 
-import fuzz_app  # noqa: E402
-import fuzz_targets as ft  # noqa: E402
-
 from app.conversation import FormatError  # noqa: E402
 from engine import EngineSettings  # noqa: E402
 from engine.engine import Runner  # noqa: E402
 from engine.errors import LanechatError  # noqa: E402
+
+import fuzz_app  # noqa: E402
+import fuzz_targets as ft  # noqa: E402
 
 TINY = str(Path(__file__).parent / "fixtures" / "tiny_llama")
 WEIGHTS = {"gguf": 18, "hf": 16, "mlx": 8, "template": 10, "request": 12, "cli": 12, "conversation": 14,

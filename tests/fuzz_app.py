@@ -9,10 +9,10 @@ import os
 import random
 from pathlib import Path
 
-import fuzz_files as ff
-from fuzz_targets import Case, BugError
-
 from app.conversation import FormatError
+
+import fuzz_files as ff
+from fuzz_targets import BugError, Case
 
 BASE = {
     "format_version": 1, "id": "c1", "title": "A chat", "created": "2025-03-01T10:00:00+00:00",
@@ -75,9 +75,9 @@ def conversation_case(rng: random.Random, folder: Path) -> Case:
     (root / "c1.json").write_bytes(data)
 
     def run() -> str:
+        from app.chat_tab import ChatTab
         from app.engine_bridge import EngineBridge
         from app.history import HistoryPanel
-        from app.chat_tab import ChatTab
         from app.store import ConversationStore
         app = _qt()
         store = ConversationStore(root)

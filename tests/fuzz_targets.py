@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from engine.errors import LanechatError
+
 import ckpt
 import fuzz_files as ff
-
-from engine.errors import LanechatError
 
 
 @dataclass
@@ -237,8 +237,7 @@ PROMPT_IDS = [[-1], [10**9], [1.5], ["1"], [], [True], None, [1, 2, 3], list(ran
 
 def request_case(rng: random.Random, runner, settings, folder: Path) -> Case:
     from engine import SamplingParams
-    from engine.settings import SamplingParams as SP
-    kw = {k: v for k, v in SP().__dict__.items()}
+    kw = {k: v for k, v in SamplingParams().__dict__.items()}
     kw.update(temperature=0.0, max_tokens=2)
     changed = rng.sample(sorted(REQUEST_VALUES), rng.randint(0, 2))
     for k in changed:

@@ -48,9 +48,11 @@ TESTS = Path(__file__).resolve().parent
 HERE = TESTS / "fixtures"
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS.parent))
-import ckpt  # noqa: E402  (the tokenizer files and safetensors writer, shared with tests/make_golden.py)
 import ml_dtypes  # noqa: E402
+
 from engine.weights import dequantize, quantize  # noqa: E402
+
+import ckpt  # noqa: E402  (the tokenizer files and safetensors writer, shared with tests/make_golden.py)
 
 PROMPT_LEN = 150
 STEPS = 8
@@ -72,10 +74,12 @@ VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hi
 
 def classes(moe: bool):
     if moe:
-        from transformers import Qwen3_5MoeForCausalLM as LM, Qwen3_5MoeTextConfig as Cfg
+        from transformers import Qwen3_5MoeForCausalLM as LM
+        from transformers import Qwen3_5MoeTextConfig as Cfg
         from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeDecoderLayer as Layer
     else:
-        from transformers import Qwen3_5ForCausalLM as LM, Qwen3_5TextConfig as Cfg
+        from transformers import Qwen3_5ForCausalLM as LM
+        from transformers import Qwen3_5TextConfig as Cfg
         from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5DecoderLayer as Layer
     return LM, Cfg, Layer
 

@@ -12,3 +12,16 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     return np.einsum("hqk,khd->qhd", p, v).reshape(T, -1)
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def rope(x: np.ndarray, theta: float, rotary_dim: int) -> np.ndarray:
+    """NeoX RoPE at positions 0..T-1 on the first `rotary_dim` dims of x [T, heads, hd]."""
+    half = rotary_dim // 2
+    ang = np.arange(len(x))[:, None] * theta ** (-np.arange(half) * 2.0 / rotary_dim)
+    a, b = x[..., :half], x[..., half:2 * half]
+    cos, sin = np.cos(ang)[:, None], np.sin(ang)[:, None]
+    return np.concatenate([a * cos - b * sin, b * cos + a * sin, x[..., 2 * half:]], -1)

@@ -1,8 +1,14 @@
 """Persisted settings and session: the config and state dirs under LANECHAT_HOME, tolerant reads."""
+from app.app_settings import (
+    Session,
+    load_session,
+    load_settings,
+    save_session,
+    save_settings,
+    session_path,
+    settings_path,
+)
 from engine import EngineSettings, SamplingParams
-
-from app.app_settings import (Session, load_session, load_settings, save_session, save_settings,
-                              session_path, settings_path)
 
 
 def test_settings_round_trip_under_lanechat_home(app_home):

@@ -3,8 +3,16 @@ only a notice."""
 import json
 import stat
 
-from app.connections import (Connections, RemoteConfig, ServerConfig, api_base, connections_path, load_connections,
-                             new_api_key, save_connections)
+from app.connections import (
+    Connections,
+    RemoteConfig,
+    ServerConfig,
+    api_base,
+    connections_path,
+    load_connections,
+    new_api_key,
+    save_connections,
+)
 
 
 def test_round_trip_and_owner_only(app_home):

@@ -4,7 +4,8 @@ import math
 from datetime import datetime
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.conversation import FORMAT_VERSION, Conversation, FormatError, Message, timestamp, title_from
 

@@ -4,10 +4,18 @@ import time
 
 import pytest
 
-from engine import (EngineSettings, Finished, LanechatError, ModelError, RequestError, SamplingParams,
-                    Started, Token, Usage)
-
 from app.engine_bridge import EngineBridge
+from engine import (
+    EngineSettings,
+    Finished,
+    LanechatError,
+    ModelError,
+    RequestError,
+    SamplingParams,
+    Started,
+    Token,
+    Usage,
+)
 
 
 class Sink:
@@ -75,7 +83,7 @@ class FakeEngine:
             if rid in self.cancelled:
                 on_event(Finished(rid, "cancelled", "x" * i, i, 5, 1.0, 1.0))
                 return
-            on_event(Token(rid, 1, "x"))
+            on_event(Token(rid, 1, "x", i + 1))
             time.sleep(self.gap)
         on_event(Finished(rid, "length", "x" * self.n, self.n, 5, 1.0, 100.0))
 

@@ -2,8 +2,6 @@
 applying Engines and server (remotes come and go, the status bar and the local server follow)."""
 import httpx
 
-from engine import EngineSettings, SamplingParams
-
 from app.app_settings import save_settings
 from app.connections import Connections, RemoteConfig, ServerConfig, save_connections
 from app.engine_bridge import EngineBridge
@@ -11,6 +9,7 @@ from app.engine_picker import ADD, EnginePicker
 from app.engines import LOCAL, LOCAL_LABEL, EngineChoices
 from app.main import create_window
 from app.remote_engine import RemoteEngine
+from engine import EngineSettings, SamplingParams
 
 
 def test_the_registry_keeps_remotes_by_id_and_falls_back_to_this_computer(qtbot, qasync_loop):

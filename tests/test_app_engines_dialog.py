@@ -1,10 +1,11 @@
 """Engines and server: add a remote, list its models from our own server, generate the API key
 once for other computers, refuse a remote without a URL."""
 import pytest
-from served import TINY, Served
 
 from app.connections import Connections, RemoteConfig, ServerConfig
 from app.engines_dialog import EnginesDialog
+
+from served import TINY, Served
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,10 @@ import httpx
 import openai
 import pytest
 
-from engine import EngineSettings, LanechatError, SamplingParams
-
 from app.connections import ServerConfig
 from app.engine_bridge import EngineBridge
 from app.local_server import LocalServer
+from engine import EngineSettings, LanechatError, SamplingParams
 
 HELLO = [{"role": "user", "content": "hello there"}]
 LONG = {"ignore_eos": True}

@@ -4,14 +4,14 @@ fails that tab alone while a local tab goes on."""
 import httpx
 import pytest
 from PySide6.QtCore import Qt
-from served import TINY, Served
-
-from engine import EngineSettings, SamplingParams
 
 from app.app_settings import save_settings
 from app.connections import Connections, RemoteConfig, save_connections
 from app.main import create_window
 from app.remote_engine import RemoteEngine, RemoteError, list_models
+from engine import EngineSettings, SamplingParams
+
+from served import TINY, Served
 
 HELLO = [{"role": "user", "content": "hello there"}]
 

@@ -62,11 +62,10 @@ def _seed_home(home: Path) -> None:
 async def _scenario(out: Path, model: str) -> None:
     from PySide6.QtWidgets import QApplication
 
-    from engine import EngineSettings, SamplingParams
-
     from app.app_settings import save_settings
     from app.main import create_window
     from app.settings_dialog import SettingsDialog
+    from engine import EngineSettings, SamplingParams
 
     app = QApplication.instance()
 
@@ -182,9 +181,9 @@ def _wait_for_socket(path: str, timeout: float = 10.0) -> None:
 
 @pytest.mark.skipif(shutil.which("Xvfb") is None, reason="no Xvfb here (CI runs Qt offscreen)")
 def test_screenshots(tmp_path, app_model):
-    from engine import default_model_path
-
     from PySide6.QtGui import QImage
+
+    from engine import default_model_path
 
     default = default_model_path()
     model = str(default) if default.is_file() else app_model  # real text reads better in a screenshot

@@ -1,9 +1,8 @@
 """The settings dialog: values in and out, the live plan, refusing plans and models that fail."""
 import pytest
 
-from engine import EngineSettings, SamplingParams, plan
-
 from app.settings_dialog import SettingsDialog
+from engine import EngineSettings, SamplingParams, plan
 
 
 @pytest.fixture

@@ -6,11 +6,10 @@ import time
 import pytest
 from PySide6.QtCore import Qt
 
-from engine import EngineSettings, SamplingParams
-
 from app.app_settings import load_settings, save_settings
 from app.chat_tab import WAITING
 from app.main import create_window
+from engine import EngineSettings, SamplingParams
 
 
 def settings_for(model: str, **kw) -> EngineSettings:

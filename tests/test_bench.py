@@ -34,7 +34,8 @@ def test_synthetic_bytes_match_the_real_format():
 
 def test_table_format():
     cells = [bench.Cell(bench.prompt_cell_name(2048), tok_s=6123.46),
-             bench.Cell(bench.decode_cell_name(1, True), tok_s=101.0, step_ms=9.876, bytes_per_step=4.5e9, roofline=0.712),
+             bench.Cell(bench.decode_cell_name(1, True), tok_s=101.0, step_ms=9.876, bytes_per_step=4.5e9,
+                        roofline=0.712),
              bench.Cell(bench.decode_cell_name(8, False), note="skipped: more than --parallel 4")]
     lines = bench.format_table(cells).splitlines()
     assert lines[0] == "cell\ttok/s\tstep ms\tGB read/step\troofline"
@@ -53,7 +54,8 @@ def test_bench_runs_on_the_cpu(capsys):
     table = out[out.index("cell\t"):].splitlines()
     names = [line.split("\t")[0] for line in table[1:]]
     assert names == ["prefill 48 (tok/s)", "prefill 100 (tok/s)", "prefill 600 (tok/s)", "1 stream, greedy",
-                     "1 stream, T 1.0", "2 streams, greedy", "2 streams, T 1.0", "4 streams, greedy", "4 streams, T 1.0"]
+                     "1 stream, T 1.0", "2 streams, greedy", "2 streams, T 1.0", "4 streams, greedy",
+                     "4 streams, T 1.0"]
     rows = {line.split("\t")[0]: line.split("\t") for line in table[1:]}
     assert float(rows["prefill 48 (tok/s)"][1].replace(",", "")) > 0
     assert "beyond --context" in rows["prefill 600 (tok/s)"][-1]

@@ -40,7 +40,7 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path):
         run = subprocess.run([sys.executable, "-m", "engine", *args, "--backend", "numpy"], capture_output=True,
                              text=True, timeout=120)
         assert run.returncode == 2, (args, run.stderr)
-        lines = [l for l in run.stderr.splitlines() if l.startswith("error: ")]
+        lines = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
         assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
 
 

@@ -4,11 +4,13 @@ import json
 import math
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-import ckpt
 from engine.config import FULL, LINEAR, ModelConfig
 from engine.errors import ModelError
+
+import ckpt
 
 BASES = {"llama": ckpt.tiny_llama_config(), "qwen3": ckpt.tiny_qwen3_config(), "qwen3_5": ckpt.tiny_qwen3_5_config(),
          "qwen3_5_moe": ckpt.tiny_qwen3_5_moe_config()}

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from engine.errors import BackendError, PlanError
+from engine.kv import Cache
 from engine.models import build
 from engine.ops import cuda_available, get_backend
 from engine.ops.numpy_backend import NumpyBackend
@@ -20,6 +21,7 @@ from engine.rows import Rows
 from engine.scheduler import Scheduler
 from engine.settings import EngineSettings, SamplingParams
 from engine.synthetic import ByteTokenizer, config_for, dense_quantized, synthetic, weight_shapes
+from engine.textstream import TextStream
 from engine.weights import Model
 
 OK, WHY = cuda_available()
@@ -38,6 +40,22 @@ def test_without_a_gpu_auto_falls_back_and_cupy_is_an_error(monkeypatch):
     assert b.name == "numpy" and len(lines) == 1 and "falls back to numpy" in lines[0]
     with pytest.raises(BackendError, match="--backend cupy: no CUDA device"):
         get_backend("cupy")
+
+
+def test_the_gpu_modules_call_only_launchers_that_exist():
+    """Every `K.name` / `KQ.name` the CuPy backend's modules use is in kernels.launch(_qwen3_5)."""
+    import ast
+    from pathlib import Path
+
+    import kernels.launch
+    import kernels.launch_qwen3_5
+    modules = {"K": kernels.launch, "KQ": kernels.launch_qwen3_5}
+    used = set()
+    for path in Path(get_backend.__code__.co_filename).parent.glob("cupy_*.py"):
+        used |= {(n.value.id, n.attr) for n in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in modules}
+    assert len(used) > 20
+    assert [f"{m}.{a}" for m, a in sorted(used) if not hasattr(modules[m], a)] == []
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -67,7 +85,7 @@ def scheduler(model, backend, **kw) -> Scheduler:
 def all_logits(sched: Scheduler, ids: list[int]) -> np.ndarray:
     """Logits at every position of `ids` (prompt chunks with every row wanted)."""
     lane = sched.lanes.acquire()
-    sched.model.reset_state(lane.index)
+    sched.cache.reset(lane.index)
     try:
         C = sched.s.prefill_chunk
         assert sched.lanes.ensure(lane, len(ids))
@@ -87,7 +105,7 @@ def greedy(sched: Scheduler, ids: list[int], n: int) -> list[int]:
     from engine.engine import run_to_end
     from engine.scheduler import Sequence
     seq = Sequence(1, list(ids), len(ids), SamplingParams(temperature=0, max_tokens=n, ignore_eos=True),
-                   lambda e: None, sched.tok.stream())
+                   lambda e: None, TextStream(sched.tok.stream(), []))
     run_to_end(sched, [seq])
     return seq.tokens[len(ids):]
 
@@ -140,7 +158,7 @@ def test_graph_decode_equals_eager_and_solo_equals_batched(gb):
         sched = scheduler(model, gb, parallel=8, paging="all", page_tokens=16)
         seqs = [Sequence(i, list(prompts[i]), len(prompts[i]),
                          SamplingParams(temperature=0, max_tokens=20, ignore_eos=True), lambda e: None,
-                         sched.tok.stream()) for i in group]
+                         TextStream(sched.tok.stream(), [])) for i in group]
         run_to_end(sched, seqs)
         return [s.tokens for s in seqs]
 
@@ -158,7 +176,8 @@ def test_graph_decode_equals_eager_and_solo_equals_batched(gb):
 def test_plan_that_does_not_fit_is_refused_before_allocation(gb):
     free = gb.free_memory()
     with pytest.raises(PlanError, match="memory-gib"):
-        gb.kv_cache(64, int(free // (256 * 8 * 128 * 2 * 2 * 64)) + 10, 256, 8, 128, "bf16")
+        Cache(gb, layers=64, pages=int(free // (256 * 8 * 128 * 2 * 2 * 64)) + 10, page_tokens=256, kv_heads=8,
+              head_dim=128, kv_dtype="bf16", lanes=1)
     assert gb.free_memory() >= free * 0.99
 
 

@@ -1,9 +1,12 @@
 """The embedded default model end to end on the CPU: a real answer, and the gates."""
 import numpy as np
+import pytest
 
 from engine import gates
 from engine.engine import Runner, run_to_end
 from engine.settings import EngineSettings, SamplingParams
+
+pytestmark = pytest.mark.slow
 
 
 def test_capital_of_france_names_paris(default_model):

@@ -7,11 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_smi import GB10, fake_smi
 
 from engine.doctor import REPO, Facts, gather, report
 from engine.gpu_select import Gpu, choose, nvrtc_needed
 from engine.ops import cuda_available
+
+from fake_smi import GB10, fake_smi
 
 GB10_GPU = Gpu("NVIDIA GB10", "580.95.05", (13, 0), (12, 1))
 CUDA13 = choose(GB10_GPU, nvrtc=lambda major: (13, 0))

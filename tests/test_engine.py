@@ -3,8 +3,18 @@ import threading
 
 import pytest
 
-from engine import (Engine, EngineSettings, Failed, Finished, LanechatError, PlanError, RequestError, SamplingParams,
-                    Started, Token)
+from engine import (
+    Engine,
+    EngineSettings,
+    Failed,
+    Finished,
+    LanechatError,
+    PlanError,
+    RequestError,
+    SamplingParams,
+    Started,
+    Token,
+)
 
 
 def settings(**kw):
@@ -28,7 +38,8 @@ def test_two_streams_run_and_one_is_cancelled():
             eng.cancel(2)
 
     long = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
-    eng.submit([{"role": "user", "content": "hello"}], SamplingParams(temperature=0, max_tokens=20, ignore_eos=True), on)
+    short = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    eng.submit([{"role": "user", "content": "hello"}], short, on)
     eng.submit([{"role": "user", "content": "world"}], long, on)
     assert done[1].wait(30) and done[2].wait(30)
     assert events[1][-1].reason == "length" and events[1][-1].tokens == 20
@@ -92,3 +103,17 @@ def test_malformed_messages_fail_their_request(messages, words):
     eng.submit(messages, on_event=lambda e: (got.append(e), done.set()))
     assert done.wait(30) and isinstance(got[0], Failed) and words in got[0].message
     eng.shutdown()
+
+
+def test_a_runner_from_a_model_in_memory_equals_a_loaded_one():
+    from engine.engine import Runner, run_to_end
+    from engine.ops.numpy_backend import NumpyBackend
+    from engine.synthetic import synthetic
+    s = settings()
+    loaded, built = Runner(s, log=lambda m: None), Runner.from_model(synthetic("tiny-llama"), NumpyBackend())
+    greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    outs = []
+    for r in (loaded, built):
+        seq = r.sequence(1, s, [{"role": "user", "content": "hi"}], greedy, lambda e: None)
+        outs.append(run_to_end(r.scheduler(s), [seq])[1].text)
+    assert outs[0] == outs[1] and len(outs[0]) > 0

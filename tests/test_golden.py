@@ -34,6 +34,7 @@ def test_tiny_checkpoints_match_transformers(name):
     assert agree == total
 
 
+@pytest.mark.slow
 def test_default_model_matches_transformers(default_model):
     worst, agree, total = compare(default_model, FIXTURES / "smollm2_q4_1" / "golden.npz")
     assert worst < 1e-2, worst

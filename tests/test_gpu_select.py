@@ -6,8 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_smi import GB10, H100_CUDA12, T4_OLD, fake_smi
-from nvrtc_wheels import WHEELS, library
 
 from engine.gpu_select import (
     Gpu,
@@ -17,6 +15,9 @@ from engine.gpu_select import (
     parse_query,
     stale,
 )
+
+from fake_smi import GB10, H100_CUDA12, T4_OLD, fake_smi
+from nvrtc_wheels import WHEELS, library
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "engine" / "gpu_select.py"

@@ -10,8 +10,10 @@ row's norm for the 4-bit products (x split into two bf16 halves: 2^-18 per eleme
 import numpy as np
 import pytest
 
+from engine.kv import Cache
+from engine.kv.cache import encode_kv
 from engine.ops import cuda_available
-from engine.ops.numpy_backend import NumpyBackend, encode_kv
+from engine.ops.numpy_backend import NumpyBackend
 from engine.settings import SamplingParams
 from engine.weights import Affine, dequantize, quantize
 
@@ -20,7 +22,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=WHY or "no GPU"
 
 if OK:
     import cupy
-    from engine.ops.cupy_backend import CupyBackend, _Heads
+
+    from engine.ops.cupy_backend import CupyBackend
+    from engine.ops.cupy_lazy import Heads
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +186,7 @@ def test_rope_and_qk_norm_on_strided_heads(gb, D, rot, theta):
     x = gb.asarray(wide)[:, 8:8 + heads * D].reshape(n, heads, D)
     pos = np.array([0, 1, 255, 256, 4095, 70000, 131071], np.int32)
     r = gb.rope(x, gb.asarray(pos), theta, rot)
-    assert isinstance(r, _Heads)
+    assert isinstance(r, Heads)
     assert np.allclose(gb.to_host(r), NB.rope(x_np, pos, theta, rot), rtol=1e-6, atol=2e-6)
     nw = rng.uniform(0.5, 1.5, D).astype(np.float32)
     qn = gb.rope(gb.rmsnorm(x, gb.prepare(nw, "norm"), 1e-6), gb.asarray(pos), theta, rot)
@@ -192,7 +196,8 @@ def test_rope_and_qk_norm_on_strided_heads(gb, D, rot, theta):
 
 # --- KV cache and attention ---------------------------------------------------------------------------
 def caches(gb, dtype, pages=40, pt=16, kvh=3, D=64, layers=1):
-    return NB.kv_cache(layers, pages, pt, kvh, D, dtype), gb.kv_cache(layers, pages, pt, kvh, D, dtype)
+    return tuple(Cache(b, layers=layers, pages=pages, page_tokens=pt, kv_heads=kvh, head_dim=D, kv_dtype=dtype, lanes=1)
+                 for b in (NB, gb))
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])

@@ -1,9 +1,10 @@
 """Every kernel compiles for sm_90 (H200) and sm_121 (GB10) with NVRTC 12.9 and 13.0, without a GPU.
 
 NVRTC comes from the pip wheels of the test extra, loaded through ctypes; the sources, options and
-template instantiations are the backend's own (`kernels.source`, `kernels.OPTIONS` plus what
-`cupy.RawModule` adds, `kernels.variants()`). One program per file holds all of that file's
-instantiations; when it fails, each is compiled alone so the message names the kernel.
+template instantiations are the backend's own (`kernels.source`, `kernels.OPTIONS` and
+`kernels.file_options` plus what `cupy.RawModule` adds, `kernels.variants()`). One program per file
+holds all of that file's instantiations; when it fails, each is compiled alone so the message names
+the kernel.
 """
 import ctypes
 import os
@@ -12,9 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from nvrtc_wheels import WHEELS, library
 
 import kernels
+
+from nvrtc_wheels import WHEELS, library
 
 ARCHS = ("sm_90", "sm_121")
 # What cupy.RawModule appends to the caller's options before NVRTC sees them (CuPy 14,
@@ -87,7 +89,7 @@ def programs() -> list[tuple[str, list[str]]]:
 
 def check(compiler: Nvrtc, arch: str, file: str, names: list[str]) -> list[str]:
     """Failures, each naming its kernel, for one program of `file` compiled as the backend does."""
-    options = [*kernels.OPTIONS, *CUPY_OPTIONS, f"-arch={arch}"]
+    options = [*kernels.OPTIONS, *kernels.file_options(file), *CUPY_OPTIONS, f"-arch={arch}"]
     code = kernels.source(file)
     templates = [n for n in names if "<" in n]
     where = f"for {arch} with NVRTC {compiler.version[0]}.{compiler.version[1]}"

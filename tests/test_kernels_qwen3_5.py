@@ -20,8 +20,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=WHY or "no GPU"
 
 if OK:
     import cupy
+
     from engine.ops.cupy_backend import CupyBackend
-    from engine.ops.cupy_qwen3_5 import ExpertWeight, prepare_experts
+    from engine.ops.cupy_weights import ExpertWeight, prepare_experts
 
     Backend = CupyBackend
 
@@ -89,8 +90,10 @@ def inputs(rng, n, hk, hv, dk, dv):
     q = rng.normal(size=(n, hk, dk)).astype(np.float32)
     k = rng.normal(size=(n, hk, dk)).astype(np.float32)
     v = rng.normal(size=(n, hv, dv)).astype(np.float32)
-    g, beta = NB.deltanet_gates(rng.normal(size=(n, hv)).astype(np.float32), rng.normal(size=(n, hv)).astype(np.float32),
-                                np.log(rng.uniform(1, 16, hv)).astype(np.float32), rng.normal(0, .5, hv).astype(np.float32))
+    g, beta = NB.deltanet_gates(rng.normal(size=(n, hv)).astype(np.float32),
+                                rng.normal(size=(n, hv)).astype(np.float32),
+                                np.log(rng.uniform(1, 16, hv)).astype(np.float32),
+                                rng.normal(0, .5, hv).astype(np.float32))
     return q, k, v, g, beta
 
 
@@ -184,12 +187,13 @@ def test_moe_experts(gb, fmt):
 # --- the models end to end -------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["tiny-qwen3.5", "tiny-qwen3.5-moe"])
 def test_models_match_numpy(gb, name):
+    from engine.engine import run_to_end
     from engine.models import build
     from engine.plan import make_plan
     from engine.scheduler import Scheduler
-    from engine.engine import run_to_end
     from engine.settings import EngineSettings, SamplingParams
     from engine.synthetic import synthetic
+    from engine.textstream import TextStream
 
     s = EngineSettings(model=f"synthetic:{name}", parallel=3, context=512, memory_gib=1)
     loaded = synthetic(name)
@@ -203,7 +207,7 @@ def test_models_match_numpy(gb, name):
         from engine.scheduler import Sequence
         for i, p in enumerate(prompts):
             seqs.append(Sequence(i + 1, list(p), len(p), SamplingParams(temperature=0, max_tokens=8, ignore_eos=True),
-                                 lambda e: None, loaded.tokenizer.stream()))
+                                 lambda e: None, TextStream(loaded.tokenizer.stream(), [])))
         run_to_end(sched, seqs)
         out[backend.name] = (logits, [q.tokens[q.prompt_len:] for q in seqs])
     assert rel(out["cupy"][0], out["numpy"][0]) < 1e-3

@@ -1,7 +1,8 @@
 """Pages are never leaked nor handed out twice, whatever admit / grow / release sequence runs."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.kv import Lanes, PagePool
 

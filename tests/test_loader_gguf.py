@@ -8,16 +8,17 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-
-import ckpt
-import fuzz_files as ff
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.errors import ModelError
 from engine.fetch import default_model_path
 from engine.loader import describe, load_config, load_model
 from engine.tokenizer import Tokenizer
 from engine.weights import Affine, dequantize
+
+import ckpt
+import fuzz_files as ff
 
 CONFIGS = {"llama": ckpt.tiny_llama_config(), "qwen3": ckpt.tiny_qwen3_config()}
 

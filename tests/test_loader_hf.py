@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-import ckpt
 from engine.errors import ModelError
 from engine.loader import describe, load_config, load_model
 from engine.loader.safetensors_io import SafetensorsFile
+
+import ckpt
 
 
 def canonical(hf_name: str) -> str:

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import ckpt
 from engine.errors import ModelError
 from engine.loader import describe, load_config, load_model
 from engine.weights import Affine, dequantize
+
+import ckpt
 
 
 def canonical(mlx_name: str) -> str:

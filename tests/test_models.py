@@ -5,28 +5,29 @@ import pytest
 from engine.engine import Runner
 from engine.settings import EngineSettings
 from engine.weights import dequantize
-from reference import causal_attention
+
+import reference
+from reference import causal_attention, rms_norm
 
 
 def reference_logits(model, ids: list[int]) -> np.ndarray:
     """Textbook llama/qwen3 in float64: RMSNorm, GQA with NeoX RoPE, SwiGLU."""
     c, W = model.config, {k: dequantize(v).astype(np.float64) for k, v in model.weights.items()}
     T = len(ids)
-    norm = lambda x, w: x / np.sqrt((x * x).mean(-1, keepdims=True) + c.rms_eps) * w
-    half = c.rotary_dim // 2
-    inv = c.rope_theta ** (-np.arange(half) * 2.0 / c.rotary_dim)
-    ang = np.arange(T)[:, None] * inv
+
+    def norm(x, w):
+        return rms_norm(x, w, c.rms_eps)
 
     def rope(x):  # [T, heads, hd]
-        a, b = x[..., :half], x[..., half:2 * half]
-        cos, sin = np.cos(ang)[:, None], np.sin(ang)[:, None]
-        return np.concatenate([a * cos - b * sin, b * cos + a * sin, x[..., 2 * half:]], -1)
+        return reference.rope(x, c.rope_theta, c.rotary_dim)
 
     x = W["embed_tokens"][ids]
     for i in range(c.layers):
         p = f"layers.{i}."
         h = norm(x, W[p + "input_layernorm"])
-        lin = lambda x, n: x @ W[p + n].T + W.get(p + n + ".bias", 0)
+
+        def lin(x, n, p=p):
+            return x @ W[p + n].T + W.get(p + n + ".bias", 0)
         q = lin(h, "self_attn.q_proj").reshape(T, c.heads, c.head_dim)
         k = lin(h, "self_attn.k_proj").reshape(T, c.kv_heads, c.head_dim)
         v = lin(h, "self_attn.v_proj").reshape(T, c.kv_heads, c.head_dim)
@@ -58,11 +59,11 @@ def test_numpy_forward_matches_float64_reference(name, chunk):
 def test_attention_biases_are_applied():
     """Qwen2-style q/k/v/o biases (loaded as llama) take part in the forward."""
     s = EngineSettings(model="synthetic:tiny-llama", backend="numpy", parallel=1, context=256, memory_gib=1)
-    from engine.synthetic import synthetic
     from engine.models import build
     from engine.ops.numpy_backend import NumpyBackend
-    from engine.scheduler import Scheduler
     from engine.plan import make_plan
+    from engine.scheduler import Scheduler
+    from engine.synthetic import synthetic
     m = synthetic("tiny-llama")
     rng = np.random.default_rng(1)
     for i in range(m.config.layers):
@@ -88,7 +89,8 @@ def test_decode_rows_continue_the_prompt_form():
     for start in range(0, len(ids) - 1, 16):  # prompt chunks at multiples of 16, all but the last token
         end = min(start + 16, len(ids) - 1)
         n = end - start
-        r.model.forward(Rows(ids[start:end], np.arange(start, end), np.tile(table, (n, 1)), [0] * n, True, 16), sched.cache)
+        rows = Rows(ids[start:end], np.arange(start, end), np.tile(table, (n, 1)), [0] * n, True, 16)
+        r.model.forward(rows, sched.cache)
     last = len(ids) - 1
     logits = r.model.forward(Rows([ids[last]], [last], table[None], [0], False), sched.cache)[0]
     ref = reference_logits(r.loaded, ids)

@@ -7,8 +7,9 @@ Tolerances (stated once, used below):
   through the (I+L)⁻¹ transform);
 - the float64 reference vs transformers' golden logits: 1e-4 relative to the logit scale;
 - the model vs the float64 reference (2e-4) and vs transformers' golden logits (1e-4, prompt and each
-  decode step) with K/V kept in float32 (`float32_kv`), and the greedy tokens exactly (the fixtures
-  are built with every greedy step at least 0.05 logits from a tie; make_golden_qwen3_5.py);
+  decode step) with K/V kept in float32 (the test-only store `kv.cache.F32`), and the greedy tokens
+  exactly (the fixtures are built with every greedy step at least 0.05 logits from a tie;
+  make_golden_qwen3_5.py);
 - the model with bf16 / fp8 K/V vs the golden logits: 5e-2 / 0.2 relative (the K/V rounding, which
   for a one-token prompt reaches ~3% of the logit scale on these random weights);
 - the gates: token ids exactly equal.
@@ -22,11 +23,15 @@ import pytest
 
 from engine.config import FULL
 from engine.engine import Runner, run_to_end
+from engine.kv import Lane
+from engine.kv.cache import F32
 from engine.ops.numpy_backend import NumpyBackend
 from engine.rows import Rows
 from engine.settings import EngineSettings, SamplingParams
 from engine.weights import dequantize
-from reference import causal_attention
+
+import reference
+from reference import causal_attention, rms_norm
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SYNTH = ["tiny-qwen3.5", "tiny-qwen3.5-moe"]
@@ -74,15 +79,12 @@ def reference_logits(model, ids: list[int]) -> np.ndarray:
     c = model.config
     W = {k: dequantize(v).astype(np.float64) for k, v in model.weights.items()}
     T = len(ids)
-    norm = lambda x, w: x / np.sqrt((x * x).mean(-1, keepdims=True) + c.rms_eps) * w
-    half = c.rotary_dim // 2
-    inv = c.rope_theta ** (-np.arange(half) * 2.0 / c.rotary_dim)
-    ang = np.arange(T)[:, None] * inv
+
+    def norm(x, w):
+        return rms_norm(x, w, c.rms_eps)
 
     def rope(x):  # [T, heads, hd], NeoX on the first rotary_dim dims
-        a, b = x[..., :half], x[..., half:2 * half]
-        cos, sin = np.cos(ang)[:, None], np.sin(ang)[:, None]
-        return np.concatenate([a * cos - b * sin, b * cos + a * sin, x[..., 2 * half:]], -1)
+        return reference.rope(x, c.rope_theta, c.rotary_dim)
 
     def mlp(p, h):
         if c.experts:
@@ -283,8 +285,8 @@ def runner(model: str) -> Runner:
 
 
 def generate(r: Runner, s: EngineSettings, prompts: list[list[int]], max_tokens: int = 8,
-             snapshot: bool = False):
-    sched = r.scheduler(s)
+             snapshot: bool = False, kv_store: str | None = None):
+    sched = r.scheduler(s, kv_store)
     seqs = [r.sequence(i + 1, s, None, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True),
                        lambda e: None, prompt_ids=p, snapshot_at_end=snapshot) for i, p in enumerate(prompts)]
     run_to_end(sched, seqs)
@@ -295,24 +297,6 @@ def golden(name: str):
     g = np.load(FIXTURES / name / "golden.npz")
     prompts = [g["input_ids"][i, :L].tolist() for i, L in enumerate(g["lengths"])]
     return g, prompts
-
-
-@pytest.fixture
-def float32_kv(monkeypatch):
-    """K/V stored losslessly (float32 bits in uint32 pages) for the tight parity tests: with it the
-    engine's only rounding beyond float32 is gone. Uses only KVCache's k/v arrays and the
-    encode/decode hooks of the numpy backend."""
-    import engine.ops.numpy_backend as nb
-    make = nb.NumpyBackend.kv_cache
-
-    def kv_cache(self, layers, pages, page_tokens, kv_heads, head_dim, dtype):
-        cache = make(self, layers, pages, page_tokens, kv_heads, head_dim, "bf16")
-        cache.k = [np.zeros(a.shape, np.uint32) for a in cache.k]
-        cache.v = [np.zeros(a.shape, np.uint32) for a in cache.v]
-        return cache
-    monkeypatch.setattr(nb.NumpyBackend, "kv_cache", kv_cache)
-    monkeypatch.setattr(nb, "encode_kv", lambda x, dtype: (np.ascontiguousarray(x, np.float32).view(np.uint32), None))
-    monkeypatch.setattr(nb, "decode_kv", lambda raw, scale, dtype: raw.view(np.float32))
 
 
 @pytest.mark.parametrize("name", HF)
@@ -334,15 +318,15 @@ def test_fixture_loads(name):
 
 @pytest.mark.parametrize("name", HF)
 @pytest.mark.parametrize("chunk", [128, 16])
-def test_matches_transformers_golden(name, chunk, float32_kv):
+def test_matches_transformers_golden(name, chunk):
     """Last-position logits of each golden prompt, and the 8 greedy tokens HF generated with its cache,
     tightly: K/V kept in float32, as transformers keeps them."""
     g, prompts = golden(name)
     r = runner(str(FIXTURES / name))
     s = settings(str(FIXTURES / name), prefill_chunk=chunk)
     for i, p in enumerate(prompts):
-        close(r.scheduler(s).prompt_logits(p), g["logits"][i], 1e-4)
-    tokens, _ = generate(r, s, prompts)
+        close(r.scheduler(s, F32).prompt_logits(p), g["logits"][i], 1e-4)
+    tokens, _ = generate(r, s, prompts, kv_store=F32)
     assert tokens == g["greedy"].tolist()
 
 
@@ -361,17 +345,17 @@ def test_matches_transformers_golden_with_stored_kv(name, kv):
 
 
 @pytest.mark.parametrize("name", HF)
-def test_decode_rows_match_transformers_step_logits(name, float32_kv):
+def test_decode_rows_match_transformers_step_logits(name):
     """Each decode step's logits (the recurrent form after the chunked prompt) against HF's."""
     g, prompts = golden(name)
     if "step_logits" not in g:
         pytest.skip("golden.npz without step_logits (written by an older script)")
     r = runner(str(FIXTURES / name))
     s = settings(str(FIXTURES / name), parallel=1)
-    sched = r.scheduler(s)
+    sched = r.scheduler(s, F32)
     p, want = prompts[0], g["greedy"][0].tolist()
     lane = sched.lanes.acquire()
-    r.model.reset_state(lane.index)
+    sched.cache.reset(lane.index)
     assert sched.lanes.ensure(lane, len(p) + 8)
     table = sched.lanes.table(lane)
     C = s.prefill_chunk
@@ -387,13 +371,13 @@ def test_decode_rows_match_transformers_step_logits(name, float32_kv):
 
 @pytest.mark.parametrize("name", SYNTH + HF)
 @pytest.mark.parametrize("chunk", [128, 32])
-def test_matches_float64_reference(name, chunk, float32_kv):
+def test_matches_float64_reference(name, chunk):
     """The synthetic shapes (affine 4-bit, routers 8-bit) and the fixtures against the float64 reference."""
     model = str(FIXTURES / name) if name in HF else f"synthetic:{name}"
     r = runner(model)
     s = settings(model, prefill_chunk=chunk)
     ids = [int(t) for t in np.random.default_rng(5).integers(3, r.loaded.config.vocab, 140)]
-    ours = r.scheduler(s).prompt_logits(ids)
+    ours = r.scheduler(s, F32).prompt_logits(ids)
     ref = reference_logits(r.loaded, ids)
     close(ours, ref, 2e-4)
     assert int(np.argmax(ours)) == int(np.argmax(ref))
@@ -433,9 +417,9 @@ def test_state_allocation_matches_the_plan(name):
     s = settings(f"synthetic:{name}", parallel=3)
     sched = r.scheduler(s)
     c = r.loaded.config
-    held = sum(a.nbytes for a in r.model.conv_state + r.model.rec_state)
+    held = sum(a.nbytes for group in sched.cache.state for a in group)
     assert held == sched.plan.state_bytes == (3 + 1) * c.state_bytes_per_stream() > 0  # + the scratch slot
-    assert len(r.model.conv_state) == len(c.linear_layers)
+    assert len(sched.cache.state) == len(c.linear_layers)
 
 
 @pytest.mark.parametrize("name", SYNTH)
@@ -475,7 +459,7 @@ def test_resumed_equals_uninterrupted(name):
     whole, _ = generate(r, s, PROMPTS[:2], max_tokens=12)
     first, sched = generate(r, s, PROMPTS[:2], max_tokens=5, snapshot=True)
     snaps = [sched.snapshots[i + 1] for i in range(2)]
-    assert all(len(sn.state) == len(r.loaded.config.linear_layers) for sn in snaps)
+    assert all(len(sn.cache.state) == len(r.loaded.config.linear_layers) for sn in snaps)
     sched2 = r.scheduler(s)
     seqs = []
     for i, sn in enumerate(snaps):
@@ -506,16 +490,19 @@ def test_lane_reuse_starts_from_a_clean_state():
 
 def test_read_write_state_roundtrip():
     r = runner("synthetic:tiny-qwen3.5")
-    r.model.allocate_state(3)
+    cache = r.scheduler(settings("synthetic:tiny-qwen3.5", parallel=3)).cache
+    lane = Lane(1, window=False)  # no K/V positions: the recurrent slots alone
     rng = np.random.default_rng(6)
     state = [(rng.normal(size=cv.shape[1:]).astype(np.float32), rng.normal(size=st.shape[1:]).astype(np.float32))
-             for cv, st in zip(r.model.conv_state, r.model.rec_state)]
-    r.model.write_state(1, state)
-    back = r.model.read_state(1)
+             for cv, st in cache.state]
+    snap = cache.read(lane, 0)
+    snap.state = state
+    cache.write(lane, snap)
+    back = cache.read(lane, 0).state
     assert all(np.array_equal(a, c) and np.array_equal(b, d) for (a, b), (c, d) in zip(state, back))
-    assert not any(cv[0].any() or cv[2].any() for cv in r.model.conv_state)
-    r.model.reset_state(1)
-    assert not any(cv[1].any() for cv in r.model.conv_state) and not any(st[1].any() for st in r.model.rec_state)
+    assert not any(cv[0].any() or cv[2].any() for cv, _ in cache.state)
+    cache.reset(1)
+    assert not any(cv[1].any() for cv, _ in cache.state) and not any(st[1].any() for _, st in cache.state)
 
 
 @pytest.mark.parametrize("name", SYNTH)

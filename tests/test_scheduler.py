@@ -101,3 +101,16 @@ def test_a_failing_prompt_fails_its_stream_alone(monkeypatch):
     failed = [e for e in events if type(e).__name__ == "Failed"]
     assert [e.request_id for e in failed] == [2] and "poisoned prompt" in failed[0].message
     assert sched.lanes.pool.used == 0
+
+
+def test_the_step_observer_sees_every_decode_step():
+    r, s = runner(parallel=2)
+    sched = r.scheduler(s)
+    steps = []
+    sched.step_observer = steps.append
+    seqs = [r.sequence(i, s, None, GREEDY, lambda e: None, p) for i, p in enumerate(prompts(2), 1)]
+    run_to_end(sched, seqs)
+    # the first token of each stream comes from its prompt; the other 23 from decode steps, one a position
+    seen = sorted(p for st in steps for p in st.positions)
+    assert seen == sorted(p for q in seqs for p in range(q.prompt_len, q.prompt_len + 23))
+    assert all(st.seconds > 0 for st in steps) and max(len(st.positions) for st in steps) == 2

@@ -7,10 +7,11 @@ import time
 import httpx
 import openai
 import pytest
-from served import TINY, Served
 
 from engine import Engine, EngineSettings
 from engine.server import EngineSlot, OpenAIServer, ServerThread
+
+from served import TINY, Served
 
 HELLO = [{"role": "user", "content": "hello there"}]
 LONG = {"ignore_eos": True}  # vLLM's extension: replies run to max_tokens

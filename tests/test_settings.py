@@ -3,7 +3,8 @@ with a PlanError naming the value; a hypothesis property over every field."""
 import math
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.errors import PlanError
 from engine.settings import EngineSettings, SamplingParams

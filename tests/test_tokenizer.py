@@ -6,10 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import ckpt
 from engine.errors import ModelError
 from engine.fetch import default_model_path
 from engine.tokenizer import CHATML, Tokenizer
+
+import ckpt
 
 TRICKY = [
     "", " ", "  leading", "trailing  ", "a\n\nb", "\t tab", "2024-12-31 3.14159", "1,000,000",

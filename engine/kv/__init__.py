@@ -1,5 +1,6 @@
-"""KV memory: the page pool, lanes with page tables, windows, and the three paging modes."""
-from .pool import PagePool
+"""Stream state: the page pool, lanes with page tables and windows, and the cache that holds it all."""
+from .cache import Cache, LaneState
 from .lanes import Lane, Lanes
+from .pool import PagePool
 
-__all__ = ["PagePool", "Lane", "Lanes"]
+__all__ = ["Cache", "LaneState", "PagePool", "Lane", "Lanes"]

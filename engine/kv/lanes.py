@@ -65,10 +65,6 @@ class Lanes:
         lane.pages.extend(self.pool.alloc() for _ in range(need))
         return True
 
-    def can_fit(self, lane_index: int, tokens: int) -> bool:
-        lane = self.lanes[lane_index]
-        return lane.window or self.pages_for(tokens) - len(lane.pages) <= self.available(lane)
-
     def release(self, lane: Lane) -> None:
         if not lane.window:
             self.pool.release(lane.pages)
@@ -82,4 +78,4 @@ class Lanes:
         return t
 
     def pages_used(self) -> int:
-        return self.pool.used + sum(len(l.pages) for l in self.lanes if l.window and l.busy)
+        return self.pool.used + sum(len(lane.pages) for lane in self.lanes if lane.window and lane.busy)

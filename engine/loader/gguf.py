@@ -13,8 +13,18 @@ from gguf import GGMLQuantizationType as QT
 from gguf import GGUFReader, LlamaFileType
 from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers, processors
 
-from ..config import (MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_POSITION, MAX_VOCAB, MAX_WIDTH, REQUIRED, Fields,
-                      ModelConfig, shown)
+from ..config import (
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_POSITION,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    REQUIRED,
+    Fields,
+    ModelConfig,
+    shown,
+)
 from ..errors import ModelError
 from ..tokenizer import Tokenizer
 from ..weights import Affine, Model, Tensor

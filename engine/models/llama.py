@@ -3,22 +3,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kv.cache import Cache
+from ..ops.base import Backend
+from ..plan import Plan
 from ..rows import Rows
 from ..weights import Affine, Model, Tensor
 
 
-def fuse(ws: list[Tensor]) -> Tensor:
+def fuse(ws: list[Tensor]) -> Tensor | None:
     """Concatenate weights along the output dim so one GEMV reads them in one pass."""
     if all(isinstance(w, np.ndarray) for w in ws):
         return np.concatenate([w.astype(np.float32) for w in ws], axis=-2)
     if all(isinstance(w, Affine) for w in ws) and len({(w.bits, w.group, w.scales.dtype) for w in ws}) == 1:
-        cat = lambda name: np.concatenate([getattr(w, name) for w in ws], axis=-2)
+        def cat(name: str) -> np.ndarray:
+            return np.concatenate([getattr(w, name) for w in ws], axis=-2)
         return Affine(cat("packed"), cat("scales"), cat("biases"), ws[0].bits, ws[0].group)
     return None  # mixed formats: keep them apart
 
 
 class Llama:
-    def __init__(self, model: Model, backend):
+    def __init__(self, model: Model, backend: Backend):
         self.cfg, self.b = model.config, backend
         c, W, p = self.cfg, model.weights, backend.prepare
         self.embed = p(W["embed_tokens"], "embed")
@@ -40,7 +44,8 @@ class Llama:
         qkv = fuse([W[pre + "q_proj"], W[pre + "k_proj"], W[pre + "v_proj"]])
         out = {"o": self.b.prepare(W[pre + "o_proj"])}
         if pre + "q_proj.bias" in W:  # Qwen2-style checkpoints load as llama with q/k/v biases
-            out["qkv_bias"] = self.b.prepare(np.concatenate([W[pre + n + ".bias"] for n in ("q_proj", "k_proj", "v_proj")]), "norm")
+            bias = np.concatenate([W[pre + n + ".bias"] for n in ("q_proj", "k_proj", "v_proj")])
+            out["qkv_bias"] = self.b.prepare(bias, "norm")
         if pre + "o_proj.bias" in W:
             out["o_bias"] = self.b.prepare(W[pre + "o_proj.bias"], "norm")
         if qkv is not None:
@@ -59,21 +64,21 @@ class Llama:
             out.update(gate=self.b.prepare(W[pre + "gate_proj"]), up=self.b.prepare(W[pre + "up_proj"]))
         return out
 
-    # --- recurrent state (none here; hybrid models keep one per lane) --------------------
-    def allocate_state(self, lanes: int) -> None:
-        pass
+    # --- stream state ----------------------------------------------------------------------
+    def make_cache(self, backend: Backend, plan: Plan, kv_store: str | None = None) -> Cache:
+        """The cache of a plan's streams: K/V pages of every attention layer (+ the scratch page) and
+        the recurrent slots `state_shapes` names. kv_store: tests' lossless `kv.cache.F32`."""
+        c = self.cfg
+        return Cache(backend, layers=len(c.attention_layers), pages=plan.pages_total + 1,
+                     page_tokens=plan.page_tokens, kv_heads=c.kv_heads, head_dim=c.head_dim,
+                     kv_dtype=kv_store or plan.kv_dtype, lanes=plan.parallel, state_shapes=self.state_shapes())
 
-    def reset_state(self, lane: int) -> None:
-        pass
-
-    def read_state(self, lane: int) -> list:
+    def state_shapes(self) -> list[tuple[tuple[int, ...], ...]]:
+        """Per recurrent layer, the shapes of its per-lane arrays: none in a pure transformer."""
         return []
 
-    def write_state(self, lane: int, state: list) -> None:
-        pass
-
     # --- forward ---------------------------------------------------------------------------
-    def forward(self, rows: Rows, cache):
+    def forward(self, rows: Rows, cache: Cache):
         """Logits (backend array [len(rows.want), vocab]) for the wanted rows."""
         b, c = self.b, self.cfg
         x = b.embed(self.embed, b.asarray(rows.tokens))
@@ -92,7 +97,7 @@ class Llama:
     def head(self, h):
         return self.b.linear(h, self.lm_head)
 
-    def mixer(self, i: int, layer: dict, h, rows: Rows, cache):
+    def mixer(self, i: int, layer: dict, h, rows: Rows, cache: Cache):
         return self.attention(self.attn_index[i], layer, h, rows, cache)
 
     def project(self, layer: dict, h, rows: Rows, names: tuple[str, str, str]):
@@ -116,7 +121,7 @@ class Llama:
         pos = b.asarray(rows.positions)
         return b.rope(q, pos, c.rope_theta, c.rotary_dim), b.rope(k, pos, c.rope_theta, c.rotary_dim)
 
-    def attention(self, li: int, layer: dict, h, rows: Rows, cache):
+    def attention(self, li: int, layer: dict, h, rows: Rows, cache: Cache):
         b, c, n = self.b, self.cfg, len(rows)
         q, k, v = self.project(layer, h, rows, ("q", "k", "v"))
         q, gate = self.split_gate(q, n)

@@ -6,20 +6,23 @@ zero-centred norm weights to 1+w) with a partial NeoX RoPE and an output gate: q
 head [query hd | gate hd], and o_proj reads attn ⊙ sigmoid(gate). K/V live in the paged pool.
 
 A DeltaNet layer keeps, per lane, the last K-1 pre-conv rows and an fp32 state [Hv, Dk, Dv]; both
-live in arrays with one slot per lane beside the KV pool (`allocate_state`), never paged. A prompt
-chunk (one lane) runs the chunked form on its lane's slot, decode rows the recurrent step, each row
-on its own lane's slot: a stream never sees another's state. The slot after the last lane is
-scratch: padding rows of a captured decode batch carry lane -1, which indexes it.
+live in the cache's recurrent slots (`state_shapes`), never paged. A prompt chunk (one lane) runs
+the chunked form on its lane's slot, decode rows the recurrent step, each row on its own lane's
+slot: a stream never sees another's state. The slot after the last lane is scratch: padding rows
+of a captured decode batch carry lane -1, which indexes it.
 
-MTP weights, where the checkpoint ships them, are loaded into `self.mtp` for the drafter.
+MTP weights, where the checkpoint ships them, stay on the host in `self.mtp` (canonical tensors,
+not prepared on the backend) until a drafter uses them.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..config import FULL
+from ..kv.cache import Cache
+from ..ops.base import Backend
 from ..rows import Rows
-from ..weights import dequantize
+from ..weights import Model, dequantize
 from .llama import fuse
 from .qwen3 import Qwen3
 
@@ -27,21 +30,17 @@ DELTANET_CHUNK = 64  # rows per chunk of the chunked prompt form (prompt chunks 
 
 
 class Qwen3_5(Qwen3):
-    def __init__(self, model, backend):
+    def __init__(self, model: Model, backend: Backend):
         c = model.config
         self.lin_index = {layer: i for i, layer in enumerate(c.linear_layers)}
-        self.conv_state: list = []
-        self.rec_state: list = []
         super().__init__(model, backend)
         W = model.weights
         self.mtp = None
         if c.mtp_layers and any(n.startswith("mtp.") for n in W):
-            p = backend.prepare
-            self.mtp = {"fc": p(W["mtp.fc"]),
-                        "pre_fc_norm_embedding": p(W["mtp.pre_fc_norm_embedding"], "norm"),
-                        "pre_fc_norm_hidden": p(W["mtp.pre_fc_norm_hidden"], "norm"),
-                        "norm": p(W["mtp.norm"], "norm"),
-                        "layers": [self.load_block(W, f"mtp.layers.{j}.", FULL) for j in range(c.mtp_layers)]}
+            heads = ("fc", "pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm")
+            self.mtp = {name: W["mtp." + name] for name in heads}
+            self.mtp["layers"] = [{n[len(pre):]: w for n, w in W.items() if n.startswith(pre)}
+                                  for pre in (f"mtp.layers.{j}." for j in range(c.mtp_layers))]
 
     # --- weights ---------------------------------------------------------------------------
     def load_layer(self, W: dict, i: int) -> dict:
@@ -89,34 +88,16 @@ class Qwen3_5(Qwen3):
         return out
 
     # --- recurrent state -------------------------------------------------------------------
-    def allocate_state(self, lanes: int) -> None:
-        """Per linear layer: conv rows [lanes+1, C, K-1] and DeltaNet state [lanes+1, Hv, Dk, Dv], fp32, zero."""
-        c, xp = self.cfg, self.b.xp
-        slots = lanes + 1  # the last slot is scratch
-        self.conv_state = [xp.zeros((slots, c.conv_channels, c.conv_kernel - 1), xp.float32) for _ in self.lin_index]
-        self.rec_state = [xp.zeros((slots, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim), xp.float32) for _ in self.lin_index]
-
-    def reset_state(self, lane: int) -> None:
-        for a in self.conv_state + self.rec_state:
-            a[lane] = 0
-
-    def read_state(self, lane: int) -> list:
-        """Host copies, per linear layer: (conv rows [C, K-1], state [Hv, Dk, Dv])."""
-        h = self.b.to_host
-        return [(np.array(h(cv[lane]), np.float32), np.array(h(st[lane]), np.float32))
-                for cv, st in zip(self.conv_state, self.rec_state)]
-
-    def write_state(self, lane: int, state: list) -> None:
-        if len(state) != len(self.conv_state):
-            raise ValueError(f"snapshot holds state of {len(state)} recurrent layers, the model has {len(self.conv_state)}")
-        for (conv, rec), cv, st in zip(state, self.conv_state, self.rec_state):
-            cv[lane] = self.b.asarray(np.asarray(conv, np.float32))
-            st[lane] = self.b.asarray(np.asarray(rec, np.float32))
+    def state_shapes(self) -> list[tuple[tuple[int, ...], ...]]:
+        """Per linear layer: conv rows [C, K-1] and the DeltaNet state [Hv, Dk, Dv], fp32."""
+        c = self.cfg
+        return [((c.conv_channels, c.conv_kernel - 1), (c.lin_v_heads, c.lin_k_dim, c.lin_v_dim))
+                for _ in self.lin_index]
 
     # --- forward ---------------------------------------------------------------------------
-    def mixer(self, i: int, layer: dict, h, rows: Rows, cache):
+    def mixer(self, i: int, layer: dict, h, rows: Rows, cache: Cache):
         if i in self.lin_index:
-            return self.deltanet(self.lin_index[i], layer, h, rows)
+            return self.deltanet(self.lin_index[i], layer, h, rows, cache)
         return self.attention(self.attn_index[i], layer, h, rows, cache)
 
     def q_width(self) -> int:
@@ -129,7 +110,7 @@ class Qwen3_5(Qwen3):
         qg = q.reshape(n, c.heads, 2 * c.head_dim)  # per head [query | gate]
         return qg[:, :, : c.head_dim], qg[:, :, c.head_dim:].reshape(n, c.heads * c.head_dim)
 
-    def deltanet(self, li: int, layer: dict, h, rows: Rows):
+    def deltanet(self, li: int, layer: dict, h, rows: Rows, cache: Cache):
         b, c, n = self.b, self.cfg, len(rows)
         Hk, Hv, Dk, Dv = c.lin_k_heads, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim
         kd, vd, C = Hk * Dk, Hv * Dv, c.conv_channels
@@ -139,7 +120,7 @@ class Qwen3_5(Qwen3):
         else:
             qkv, z, bb, aa = (b.linear(h, layer[nm], rows.pad_to)
                               for nm in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"))
-        conv, rec = self.conv_state[li], self.rec_state[li]
+        conv, rec = cache.state[li]
         if rows.prompt:
             x = b.conv1d_prompt(qkv, layer["conv"], conv, int(rows.lanes[0]))
         else:

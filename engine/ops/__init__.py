@@ -1,11 +1,12 @@
-"""Compute backends: one op set, a numpy reference and a CuPy GPU implementation.
+"""Compute backends: one op set (`base.Backend`), a numpy reference and a CuPy GPU implementation.
 
-`get_backend(name)` returns an object with the methods of `numpy_backend.NumpyBackend`; the models,
-KV store and scheduler call only those, so they run unchanged on either.
+`get_backend(name)` returns a `base.Backend`; the models, the cache and the scheduler call only its
+members, so they run unchanged on either.
 """
 from __future__ import annotations
 
 from ..errors import BackendError
+from .base import Backend
 
 
 def cuda_available() -> tuple[bool, str]:
@@ -21,7 +22,7 @@ def cuda_available() -> tuple[bool, str]:
     return (n > 0, "" if n > 0 else "no CUDA device")
 
 
-def get_backend(name: str = "auto", log=print):
+def get_backend(name: str = "auto", log=print) -> Backend:
     """`auto` picks cupy where a device is present, else numpy with one line saying so."""
     if name not in ("auto", "numpy", "cupy"):
         raise BackendError(f"unknown backend {name!r} (numpy, cupy or auto)")

@@ -1,11 +1,7 @@
-"""The Qwen3.5 / 3.6 part of the op set on CuPy: Gated DeltaNet, gated RMSNorm and MoE, with the
-kernels of kernels/deltanet.cu and kernels/moe.cu. Numpy twins: the "Qwen3.5 / Qwen3.6" section of
-numpy_backend.NumpyBackend (same names, same arguments).
-
-Wiring (for engine/ops/cupy_backend.py): mix `Qwen35Ops` into CupyBackend
-(`class CupyBackend(Qwen35Ops): ...`) and let `prepare` hand kind "experts" (stacked [E, out, in]
-expert weights) to `prepare_experts`. The mixin uses the backend's `_m` (materialise a lazy value)
-and `_dev_i32` (row metadata on the device) where it has them.
+"""The Qwen3.5 / 3.6 part of the CuPy op set: Gated DeltaNet, gated RMSNorm and MoE, with the kernels
+of kernels/deltanet.cu and kernels/moe.cu. Numpy twins: the "Qwen3.5 / Qwen3.6" section of
+numpy_backend.NumpyBackend (same names, same arguments). Stacked expert weights are
+`cupy_weights.ExpertWeight`.
 
 Differences from the numpy twins, all within rounding: a prompt chunk runs the delta rule in its
 recurrent form (one kernel, the state in registers) where numpy runs the chunked form; a prompt's
@@ -14,78 +10,32 @@ arithmetic whatever the batch, as everywhere.
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
-try:
+from ..errors import BackendError
+
+try:  # the import is only attempted when get_backend chose the CuPy backend
     import cupy
-except Exception as e:  # pragma: no cover - only imported with the CuPy backend
-    from ..errors import BackendError
+except Exception as e:  # pragma: no cover - get_backend reports why first
     raise BackendError(f"CuPy is not usable ({type(e).__name__}: {e})") from None
 
 import kernels.launch_qwen3_5 as KQ
-from ..weights import Affine, dequantize
 
-
-def raw16(a) -> "cupy.ndarray":
-    """fp16/bf16 values (host ml_dtypes or already on the device) → their raw 16 bits on the device."""
-    if isinstance(a, cupy.ndarray):
-        return cupy.ascontiguousarray(a).view(cupy.uint16)
-    return cupy.asarray(np.ascontiguousarray(a).view(np.uint16))
-
-
-class ExpertWeight:
-    """Stacked affine expert weights [E, M, K] on the device as stored: uint32 codes, scales, biases."""
-
-    def __init__(self, w: Affine):
-        self.bits, self.group = w.bits, w.group
-        self.E, self.M, words = w.packed.shape
-        self.K = words * 32 // w.bits
-        self.shape = (self.E, self.M, self.K)
-        self.codes = cupy.ascontiguousarray(cupy.asarray(w.packed, dtype=cupy.uint32))
-        self.st = KQ.SCALE_TYPES[np.dtype(w.scales.dtype).name]
-        if self.st == 2:
-            self.scales = cupy.ascontiguousarray(cupy.asarray(w.scales, dtype=cupy.float32))
-            self.biases = cupy.ascontiguousarray(cupy.asarray(w.biases, dtype=cupy.float32))
-        else:
-            self.scales, self.biases = raw16(w.scales), raw16(w.biases)
-        self.nbytes = int(self.codes.nbytes + self.scales.nbytes + self.biases.nbytes)
-
-    @staticmethod
-    def supports(w) -> bool:
-        if not (isinstance(w, Affine) and w.packed.ndim == 3 and w.bits in (4, 8)):
-            return False
-        K = w.packed.shape[-1] * 32 // w.bits
-        return (np.dtype(w.scales.dtype).name in KQ.SCALE_TYPES and np.dtype(w.biases.dtype) == np.dtype(w.scales.dtype)
-                and K % w.group == 0 and w.group % (32 // w.bits) == 0)
-
-    def dequantize(self):
-        host = Affine(cupy.asnumpy(self.codes), cupy.asnumpy(self.scales), cupy.asnumpy(self.biases), self.bits,
-                      self.group)
-        if self.st != 2:
-            import ml_dtypes
-            dt = np.float16 if self.st == 0 else ml_dtypes.bfloat16
-            host = Affine(host.packed, host.scales.view(dt), host.biases.view(dt), self.bits, self.group)
-        return cupy.asarray(dequantize(host))
-
-
-def prepare_experts(w):
-    """Stacked expert weights → ExpertWeight (affine 4/8-bit) or a float32 [E, M, K] device array."""
-    if ExpertWeight.supports(w):
-        return ExpertWeight(w)
-    if isinstance(w, cupy.ndarray):
-        return cupy.ascontiguousarray(w, dtype=cupy.float32)
-    return cupy.asarray(np.ascontiguousarray(dequantize(w)))  # float32 on the host first (bf16 included)
+from .cupy_weights import ExpertWeight
 
 
 class Qwen35Ops:
-    # --- helpers ------------------------------------------------------------------------------
-    def _q_mat(self, x):
-        return self._m(x) if hasattr(self, "_m") else x
+    """Mixed into CupyBackend, which provides these two helpers."""
+    _m: Callable[[Any], Any]  # a lazy value materialised, anything else as it is
+    _dev_i32: Callable[[Any], Any]  # row metadata (host or device ints) as a device int32 array
 
+    # --- helpers ------------------------------------------------------------------------------
     def _q_rows(self, x, ndim: int):
         """A float32 device array whose rows may be strided but whose other axes are contiguous;
         returns (array, row stride in elements)."""
-        x = self._q_mat(x)
+        x = self._m(x)
         if not isinstance(x, cupy.ndarray):
             x = cupy.asarray(x)
         ok = x.dtype == cupy.float32 and x.ndim == ndim and x.strides[0] % 4 == 0 and x.strides[0] >= 0
@@ -98,14 +48,11 @@ class Qwen35Ops:
             x = cupy.ascontiguousarray(x, dtype=cupy.float32)
         return x, (x.strides[0] // 4 if x.shape[0] > 1 else int(np.prod(x.shape[1:])))
 
-    def _q_lanes(self, lanes):
-        if hasattr(self, "_dev_i32"):
-            return self._dev_i32(lanes)
-        return lanes if isinstance(lanes, cupy.ndarray) else cupy.asarray(np.asarray(lanes, np.int32))
-
     @staticmethod
     def _q_f32(w):
-        return w if (w.dtype == cupy.float32 and w.flags.c_contiguous) else cupy.ascontiguousarray(w, dtype=cupy.float32)
+        if w.dtype == cupy.float32 and w.flags.c_contiguous:
+            return w
+        return cupy.ascontiguousarray(w, dtype=cupy.float32)
 
     # --- Gated DeltaNet -------------------------------------------------------------------------
     def conv1d_prompt(self, x, w, conv_state, lane: int):
@@ -121,7 +68,7 @@ class Qwen35Ops:
         n, C = x.shape
         out = cupy.empty((n, C), cupy.float32)
         if n:
-            KQ.conv1d_step(x, ldx, self._q_f32(w), conv_state, self._q_lanes(lanes), conv_state.shape[0], out, C,
+            KQ.conv1d_step(x, ldx, self._q_f32(w), conv_state, self._dev_i32(lanes), conv_state.shape[0], out, C,
                            w.shape[1], n)
         return out
 
@@ -148,14 +95,14 @@ class Qwen35Ops:
         return out
 
     def deltanet_step(self, q, k, v, g, beta, state, lanes):
-        return self._scan(q, k, v, g, beta, state, self._q_lanes(lanes), len(q), 1)
+        return self._scan(q, k, v, g, beta, state, self._dev_i32(lanes), len(q), 1)
 
     def deltanet_prompt(self, q, k, v, g, beta, state, lane: int, chunk: int = 64):
         """The recurrent form over the chunk's rows (`chunk` is the numpy twin's cut; unused here)."""
         return self._scan(q, k, v, g, beta, state, cupy.asarray(np.array([lane], np.int32)), 1, len(q))
 
     def gated_rmsnorm(self, x, z, w, eps: float):
-        x = cupy.ascontiguousarray(self._q_mat(x), dtype=cupy.float32)
+        x = cupy.ascontiguousarray(self._m(x), dtype=cupy.float32)
         z, ldz = self._q_rows(z, 3)
         n, H, D = x.shape
         y = cupy.empty((n, H, D), cupy.float32)

@@ -5,89 +5,36 @@ prompt chunk is always one GEMM of the same padded shape, so no row depends on i
 """
 from __future__ import annotations
 
-import numpy as np
-import ml_dtypes
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from ..kv.cache import F32, decode_kv, encode_kv, slots
 from ..memory import system_free_bytes
 from ..sampling import sample
 from ..weights import Tensor, dequantize
+from .base import GraphStats, Kind
 
-BF16 = ml_dtypes.bfloat16
-FP8 = ml_dtypes.float8_e4m3fn
-FP8_MAX = 448.0
-
-
-class KVCache:
-    """K and V of every attention layer on pages: [pages, page_tokens, kv_heads, head_dim].
-
-    Windows and pool pages live in the same arrays; a page table turns a position into a row.
-    fp8 keeps one fp32 scale per (token, head).
-    """
-
-    def __init__(self, xp, layers: int, pages: int, page_tokens: int, kv_heads: int, head_dim: int, dtype: str):
-        self.page_tokens, self.dtype = page_tokens, dtype
-        shape = (pages, page_tokens, kv_heads, head_dim)
-        store = xp.uint16 if dtype == "bf16" else xp.uint8  # raw bits: same layout for numpy and CuPy
-        self.k = [xp.zeros(shape, store) for _ in range(layers)]
-        self.v = [xp.zeros(shape, store) for _ in range(layers)]
-        if dtype == "fp8":
-            self.k_scale = [xp.ones(shape[:3], xp.float32) for _ in range(layers)]
-            self.v_scale = [xp.ones(shape[:3], xp.float32) for _ in range(layers)]
-
-    def _arrays(self) -> list[list]:
-        return [self.k, self.v] + ([self.k_scale, self.v_scale] if self.dtype == "fp8" else [])
-
-    def read_rows(self, backend, rows: np.ndarray) -> list[tuple]:
-        """Host copies of flat rows of every layer (a stream's snapshot)."""
-        groups = self._arrays()
-        return [tuple(backend.to_host(g[l].reshape(-1, *g[l].shape[2:])[rows]) for g in groups)
-                for l in range(len(self.k))]
-
-    def write_rows(self, backend, rows: np.ndarray, data: list[tuple]) -> None:
-        for l, arrays in enumerate(data):
-            for g, a in zip(self._arrays(), arrays):
-                g[l].reshape(-1, *g[l].shape[2:])[rows] = backend.asarray(a)
-
-    @property
-    def nbytes(self) -> int:
-        n = sum(a.nbytes for a in self.k + self.v)
-        return n + (sum(a.nbytes for a in self.k_scale + self.v_scale) if self.dtype == "fp8" else 0)
-
-
-def slots(tables: np.ndarray, positions: np.ndarray, page_tokens: int) -> np.ndarray:
-    """Flat cache rows of (lane table, absolute position) pairs."""
-    pages = tables[np.arange(len(positions)), positions // page_tokens]
-    return pages.astype(np.int64) * page_tokens + positions % page_tokens
-
-
-def encode_kv(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """float32 [n, heads, dim] → raw stored bits (+ per-head fp8 scales)."""
-    if dtype == "bf16":
-        return x.astype(BF16).view(np.uint16), None
-    amax = np.abs(x).max(-1)
-    scale = np.where(amax > 0, amax / np.float32(FP8_MAX), np.float32(1.0)).astype(np.float32)
-    return (x / scale[..., None]).astype(FP8).view(np.uint8), scale
-
-
-def decode_kv(raw: np.ndarray, scale: np.ndarray | None, dtype: str) -> np.ndarray:
-    if dtype == "bf16":
-        return raw.view(BF16).astype(np.float32)
-    return raw.view(FP8).astype(np.float32) * scale[..., None]
+if TYPE_CHECKING:
+    from ..config import ModelConfig
+    from ..kv.cache import Cache
+    from ..rows import Rows
+    from ..settings import EngineSettings, SamplingParams
 
 
 class NumpyBackend:
     name = "numpy"
     device = "CPU"
-    xp = np
+    kv_stores = ("bf16", "fp8", F32)
     unified_memory = False  # host memory, not a GPU's: the plan keeps its plain default budget
 
     # --- memory -------------------------------------------------------------------------
-    def prepare(self, w: Tensor, kind: str = "linear") -> np.ndarray:
+    def prepare(self, w: Tensor, kind: Kind = "linear") -> np.ndarray:
         """Canonical weight → what the ops take: float32 here (dequantized once at load)."""
         return np.ascontiguousarray(dequantize(w))
 
-    def kv_cache(self, layers, pages, page_tokens, kv_heads, head_dim, dtype) -> KVCache:
-        return KVCache(np, layers, pages, page_tokens, kv_heads, head_dim, dtype)
+    def zeros(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        return np.zeros(shape, dtype)
 
     def asarray(self, a: np.ndarray) -> np.ndarray:
         return np.asarray(a)
@@ -150,7 +97,7 @@ class NumpyBackend:
         return np.concatenate(parts, axis=-1)
 
     # --- attention -----------------------------------------------------------------------
-    def kv_write(self, cache: KVCache, layer: int, k: np.ndarray, v: np.ndarray, tables, positions) -> None:
+    def kv_write(self, cache: Cache, layer: int, k: np.ndarray, v: np.ndarray, tables, positions) -> None:
         rows = slots(tables, positions, cache.page_tokens)
         for store, scales, x in ((cache.k, "k_scale", k), (cache.v, "v_scale", v)):
             raw, scale = encode_kv(x, cache.dtype)
@@ -159,7 +106,7 @@ class NumpyBackend:
             if scale is not None:
                 getattr(cache, scales)[layer].reshape(-1, scale.shape[-1])[rows] = scale
 
-    def _gather(self, cache: KVCache, layer: int, table: np.ndarray, length: int):
+    def _gather(self, cache: Cache, layer: int, table: np.ndarray, length: int):
         pos = np.arange(length)
         rows = slots(np.broadcast_to(table, (length, table.shape[-1])), pos, cache.page_tokens)
         out = []
@@ -169,7 +116,7 @@ class NumpyBackend:
             out.append(decode_kv(flat[rows], sc, cache.dtype))
         return out
 
-    def attention(self, q: np.ndarray, cache: KVCache, layer: int, tables: np.ndarray, positions: np.ndarray,
+    def attention(self, q: np.ndarray, cache: Cache, layer: int, tables: np.ndarray, positions: np.ndarray,
                   prompt: bool = False) -> np.ndarray:
         """Causal attention of rows q [n, heads, hd] over their lanes' cached keys 0..position.
 
@@ -198,27 +145,30 @@ class NumpyBackend:
         return out
 
     # --- heads ----------------------------------------------------------------------------
-    def argmax(self, logits: np.ndarray) -> np.ndarray:
-        return np.argmax(logits, axis=-1)
-
-    def decode_step(self, model, rows, cache: KVCache, scratch_page: int) -> np.ndarray:
+    def decode_step(self, model: Any, rows: Rows, cache: Cache) -> np.ndarray:
         """One decode forward (no graphs here, so no padding rows and no use for the scratch page)."""
         return model.forward(rows, cache)
 
-    def choose(self, logits: np.ndarray, params: list, positions: list[int]) -> list[int]:
+    def choose(self, logits: np.ndarray, params: list[SamplingParams], positions: list[int]) -> list[int]:
         """A token per row: greedy by argmax, sampled rows keyed by (seed, absolute position)."""
         return [int(np.argmax(row)) if p.greedy else sample(row, p, pos)
                 for row, p, pos in zip(logits, params, positions)]
 
+    def graph_stats(self) -> GraphStats:
+        return GraphStats()  # no graphs on the CPU
+
+    def graph_bytes(self, cfg: ModelConfig, settings: EngineSettings) -> int:
+        return 0
+
     # =====================================================================================
-    # Qwen3.5 / Qwen3.6: Gated DeltaNet, gated RMSNorm, MoE (issue 5).
+    # Qwen3.5 / Qwen3.6: Gated DeltaNet, gated RMSNorm, MoE.
     #
     # Conventions shared with the CuPy twins: float32 activations; recurrent state lives in
-    # per-layer arrays with one slot per lane (plus one scratch slot), updated IN PLACE at the
+    # the cache's per-layer arrays, one slot per lane (plus one scratch slot), updated IN PLACE at the
     # slots named by `lanes` (decode rows) or `lane` (a prompt chunk): a slot is touched only by
     # its own lane's rows, so a stream never sees another's state. `lanes` is an int array (host
     # here; a device array inside a captured decode graph), like `tables`/`positions` for the
-    # attention ops. The models allocate one slot more than there are lanes: a padding row
+    # attention ops. The cache holds one slot more than there are lanes: a padding row
     # (lane -1) reads and writes that last, scratch slot (numpy's index -1 does just that).
     # Decode rows are computed one at a time; a prompt chunk as one piece of work for its lane.
     # =====================================================================================
@@ -317,7 +267,8 @@ class NumpyBackend:
         T, hv, dv = v.shape
         qn, kn = self._qk_prepare(q, k, hv)
         pad = (-T) % chunk
-        tr = lambda x: np.ascontiguousarray(np.swapaxes(x, 0, 1))  # [T, H, ...] → [H, T, ...]
+        def tr(x):  # [T, H, ...] → [H, T, ...]
+            return np.ascontiguousarray(np.swapaxes(x, 0, 1))
         qh, kh, vh = (tr(np.pad(x.astype(np.float32), ((0, pad), (0, 0), (0, 0)))) for x in (qn, kn, v))
         gh = tr(np.pad(g.astype(np.float32), ((0, pad), (0, 0))))
         bh = tr(np.pad(beta.astype(np.float32), ((0, pad), (0, 0))))

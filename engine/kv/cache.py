@@ -1,0 +1,158 @@
+"""The cache: every stream's state on one backend, built by the model (`model.make_cache(backend, plan)`).
+
+It holds the K/V pages of the attention layers, `[pages, page_tokens, kv_heads, head_dim]` per
+layer (windows and pool pages alike, plus one scratch page that padding rows write), and the
+per-lane recurrent slots of the hybrid layers, `[lanes + 1, ...]` fp32 per array (the last slot is
+scratch: padding rows carry lane -1). A scheduler owns one cache; nothing else holds stream state.
+
+Snapshots: `read(lane, n)` copies a lane's first n positions of K/V and its recurrent slots to the
+host as they are stored (raw bits, no re-encoding), and `write(lane, snap)` puts them into any lane
+that holds pages for n positions, so a stream continues bit for bit wherever it lands.
+docs/architecture.md has the contract.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import ml_dtypes
+import numpy as np
+
+from ..errors import PlanError
+
+if TYPE_CHECKING:
+    from ..ops.base import Backend
+    from .lanes import Lane
+
+BF16 = ml_dtypes.bfloat16
+FP8 = ml_dtypes.float8_e4m3fn
+FP8_MAX = 448.0
+GIB = 1 << 30
+# Test-only K/V storage: float32 bits, lossless, for the tight parity tests. Never a setting.
+F32 = "f32"
+_STORED = {"bf16": np.uint16, "fp8": np.uint8, F32: np.uint32}  # raw bits: one layout for numpy and CuPy
+
+
+def slots(tables: np.ndarray, positions: np.ndarray, page_tokens: int) -> np.ndarray:
+    """Flat cache rows of (page table, absolute position) pairs: table[p // P]·P + p % P.
+
+    The one page arithmetic of the engine; `slot_of` in kernels/attention.cu is its device twin.
+    """
+    pages = tables[np.arange(len(positions)), positions // page_tokens]
+    return pages.astype(np.int64) * page_tokens + positions % page_tokens
+
+
+def encode_kv(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """float32 [n, heads, dim] → raw stored bits (+ per-head fp8 scales = amax / 448)."""
+    if dtype == F32:
+        return np.ascontiguousarray(x, np.float32).view(np.uint32), None
+    if dtype == "bf16":
+        return x.astype(BF16).view(np.uint16), None
+    amax = np.abs(x).max(-1)
+    scale = np.where(amax > 0, amax / np.float32(FP8_MAX), np.float32(1.0)).astype(np.float32)
+    return (x / scale[..., None]).astype(FP8).view(np.uint8), scale
+
+
+def decode_kv(raw: np.ndarray, scale: np.ndarray | None, dtype: str) -> np.ndarray:
+    if dtype == F32:
+        return raw.view(np.float32)
+    if dtype == "bf16":
+        return raw.view(BF16).astype(np.float32)
+    return raw.view(FP8).astype(np.float32) * scale[..., None]
+
+
+@dataclass
+class LaneState:
+    """A stream's state on the host: K/V rows of its first `n` positions and its recurrent slots."""
+    n: int
+    kv_dtype: str
+    kv: list[tuple[np.ndarray, ...]]  # per attention layer: k, v [n, kv_heads, head_dim] (+ fp8 scales [n, kv_heads])
+    state: list[tuple[np.ndarray, ...]]  # per recurrent layer: its arrays at the lane's slot (fp32)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for group in self.kv + self.state for a in group)
+
+
+class Cache:
+    """K/V pages and recurrent slots of every stream on one backend.
+
+    The ops read `k`, `v` (per layer, raw bits), `k_scale`, `v_scale` (fp8 only), `page_tokens` and
+    `dtype`; the hybrid models read `state[i]`, the arrays of recurrent layer i.
+    """
+
+    def __init__(self, backend: Backend, *, layers: int, pages: int, page_tokens: int, kv_heads: int,
+                 head_dim: int, kv_dtype: str, lanes: int, state_shapes: list[tuple[tuple[int, ...], ...]] = ()):
+        if kv_dtype not in backend.kv_stores:
+            raise PlanError(f"the {backend.name} backend does not store {kv_dtype} K/V "
+                            f"({', '.join(backend.kv_stores)})")
+        self.page_tokens, self.dtype, self.lanes = page_tokens, kv_dtype, lanes
+        self.scratch_page = pages - 1  # padding rows of a captured decode batch write here
+        shape = (pages, page_tokens, kv_heads, head_dim)
+        stored = np.dtype(_STORED[kv_dtype])
+        need = layers * 2 * int(np.prod(shape)) * stored.itemsize
+        if kv_dtype == "fp8":
+            need += layers * 2 * int(np.prod(shape[:3])) * 4
+        need += (lanes + 1) * sum(4 * int(np.prod(s)) for group in state_shapes for s in group)
+        free = backend.free_memory()
+        if need > free:
+            raise PlanError(f"the KV cache needs {need / GIB:.2f} GiB but the {backend.device} has {free / GIB:.2f} "
+                            "GiB free; lower --memory-gib (or context or parallel), or use --kv-dtype fp8")
+        self.k = [backend.zeros(shape, stored) for _ in range(layers)]
+        self.v = [backend.zeros(shape, stored) for _ in range(layers)]
+        if kv_dtype == "fp8":
+            self.k_scale = [backend.zeros(shape[:3], np.float32) for _ in range(layers)]
+            self.v_scale = [backend.zeros(shape[:3], np.float32) for _ in range(layers)]
+            for a in self.k_scale + self.v_scale:
+                a[...] = 1  # the scale of an all-zero head
+        self.state = [tuple(backend.zeros((lanes + 1, *s), np.float32) for s in group) for group in state_shapes]
+        self._b = backend
+
+    # --- layout ---------------------------------------------------------------------------
+    def _kv_arrays(self) -> list[list]:
+        return [self.k, self.v] + ([self.k_scale, self.v_scale] if self.dtype == "fp8" else [])
+
+    def rows(self, lane: Lane, n: int) -> np.ndarray:
+        """Flat rows of the lane's positions 0..n-1."""
+        if n > len(lane.pages) * self.page_tokens:
+            raise ValueError(f"lane {lane.index} holds pages for {len(lane.pages) * self.page_tokens} positions, "
+                             f"not {n}")
+        table = np.asarray(lane.pages, np.int64)[None]
+        return slots(np.broadcast_to(table, (n, table.shape[1])), np.arange(n), self.page_tokens)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for g in self._kv_arrays() for a in g) + sum(a.nbytes for g in self.state for a in g)
+
+    # --- per-lane state -------------------------------------------------------------------
+    def reset(self, lane: int) -> None:
+        """A fresh stream on `lane`: zero recurrent state (K/V needs none: attention reads only
+        positions its stream wrote)."""
+        for group in self.state:
+            for a in group:
+                a[lane] = 0
+
+    def read(self, lane: Lane, n: int) -> LaneState:
+        """Host copies of the lane's first n positions of K/V and of its recurrent slots."""
+        rows = self.rows(lane, n)
+        b = self._b
+        kv = [tuple(b.to_host(g[layer].reshape(-1, *g[layer].shape[2:])[rows]) for g in self._kv_arrays())
+              for layer in range(len(self.k))]
+        state = [tuple(np.array(b.to_host(a[lane.index]), np.float32) for a in group) for group in self.state]
+        return LaneState(n, self.dtype, kv, state)
+
+    def write(self, lane: Lane, snap: LaneState) -> None:
+        """Put a snapshot into `lane` (which must hold pages for snap.n positions), bit for bit."""
+        if snap.kv_dtype != self.dtype:
+            raise ValueError(f"snapshot holds {snap.kv_dtype} K/V, the cache stores {self.dtype}")
+        if len(snap.kv) != len(self.k) or len(snap.state) != len(self.state):
+            raise ValueError(f"snapshot holds {len(snap.kv)} attention and {len(snap.state)} recurrent layers, "
+                             f"the cache {len(self.k)} and {len(self.state)}")
+        rows = self.rows(lane, snap.n)
+        b = self._b
+        for layer, arrays in enumerate(snap.kv):
+            for g, a in zip(self._kv_arrays(), arrays):
+                g[layer].reshape(-1, *g[layer].shape[2:])[rows] = b.asarray(a)
+        for group, saved in zip(self.state, snap.state):
+            for a, s in zip(group, saved):
+                a[lane.index] = b.asarray(np.asarray(s, np.float32))

@@ -1,0 +1,119 @@
+"""The backend contract: the op set every backend implements, and all that models, the cache and the
+scheduler may call. `NumpyBackend` is the reference; `CupyBackend` declares every member with the
+same signature (tests/test_ops_base.py checks both, the GPU one without importing CuPy).
+
+Arrays are the backend's own (numpy or CuPy); row metadata (`tables`, `positions`, `lanes`) may be
+host int arrays or, inside a captured decode graph, device arrays.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ..config import ModelConfig
+    from ..kv.cache import Cache
+    from ..rows import Rows
+    from ..settings import EngineSettings, SamplingParams
+    from ..weights import Tensor
+
+# What a weight is for: a product's matrix (`linear`), the embedding table (gathered, and the tied
+# head), a norm's or bias's vector, the DeltaNet conv kernel, or stacked [E, out, in] experts.
+Kind = Literal["linear", "embed", "norm", "conv", "experts"]
+Array = Any  # a backend array (numpy.ndarray, cupy.ndarray, or a backend's lazy value)
+
+
+@dataclass
+class GraphStats:
+    """What a backend's decode graphs hold: batch sizes captured, capture failures, pool bytes."""
+    captured: int = 0
+    failed: list[str] = field(default_factory=list)
+    pool_bytes: int = 0
+
+
+class Backend(Protocol):
+    name: str  # "numpy" | "cupy"
+    device: str  # in words, for the startup line
+    kv_stores: tuple[str, ...]  # the K/V storage dtypes its kv_write and attention take
+    unified_memory: bool  # the device's memory is the system's (a GB10): the plan leaves the desktop room
+
+    # --- memory ------------------------------------------------------------------------------
+    def prepare(self, w: Tensor, kind: Kind = "linear") -> Array:
+        """A canonical weight → what the ops take (dequantized, repacked, on the device)."""
+
+    def zeros(self, shape: tuple[int, ...], dtype: Any) -> Array: ...
+
+    def asarray(self, a: Any) -> Array: ...
+
+    def to_host(self, a: Array) -> np.ndarray: ...
+
+    def free_memory(self) -> int:
+        """Bytes the device could still give (the default KV budget is a share of it)."""
+
+    def synchronize(self) -> None: ...
+
+    # --- elementwise and norms ---------------------------------------------------------------
+    def embed(self, table: Array, ids: Array) -> Array: ...
+
+    def rmsnorm(self, x: Array, w: Array, eps: float) -> Array: ...
+
+    def add_rmsnorm(self, x: Array, residual: Array, w: Array, eps: float) -> tuple[Array, Array]:
+        """(norm(x + residual), x + residual)."""
+
+    def silu_mul(self, gate: Array, up: Array) -> Array: ...
+
+    def sigmoid_mul(self, x: Array, gate: Array) -> Array: ...
+
+    def rope(self, x: Array, positions: Array, theta: float, rotary_dim: int) -> Array:
+        """NeoX RoPE on the first `rotary_dim` dims of every head: x [n, heads, head_dim]."""
+
+    # --- linear ------------------------------------------------------------------------------
+    def linear(self, x: Array, w: Array, pad_to: int = 0) -> Array:
+        """x [n, in] @ wᵀ; pad_to > 0 marks a prompt chunk of that fixed row count."""
+
+    def concat(self, parts: list[Array]) -> Array:
+        """Column-wise concatenation of [n, k_i] arrays."""
+
+    # --- attention ---------------------------------------------------------------------------
+    def kv_write(self, cache: Cache, layer: int, k: Array, v: Array, tables: Array, positions: Array) -> None:
+        """New K/V rows into the cache at (table, position) of each row."""
+
+    def attention(self, q: Array, cache: Cache, layer: int, tables: Array, positions: Array,
+                  prompt: bool = False) -> Array:
+        """Causal attention of rows q [n, heads, hd] over their lanes' keys 0..position."""
+
+    # --- heads -------------------------------------------------------------------------------
+    def decode_step(self, model: Any, rows: Rows, cache: Cache) -> Array:
+        """One decode forward of `rows` (logits [n, vocab]); valid until the next decode step."""
+
+    def choose(self, logits: Array, params: list[SamplingParams], positions: list[int]) -> list[int]:
+        """A token per row: greedy by argmax (lowest index on ties), sampled keyed by (seed, position)."""
+
+    def graph_stats(self) -> GraphStats: ...
+
+    def graph_bytes(self, cfg: ModelConfig, settings: EngineSettings) -> int:
+        """Device memory its decode graphs will keep for these settings (0 without graphs)."""
+
+    # --- hybrid: Gated DeltaNet and MoE (recurrent state updated in place at `lane(s)`) -------
+    def conv1d_prompt(self, x: Array, w: Array, conv_state: Array, lane: int) -> Array: ...
+
+    def conv1d_step(self, x: Array, w: Array, conv_state: Array, lanes: Array) -> Array: ...
+
+    def deltanet_gates(self, a: Array, b: Array, a_log: Array, dt_bias: Array) -> tuple[Array, Array]: ...
+
+    def deltanet_step(self, q: Array, k: Array, v: Array, g: Array, beta: Array, state: Array,
+                      lanes: Array) -> Array: ...
+
+    def deltanet_prompt(self, q: Array, k: Array, v: Array, g: Array, beta: Array, state: Array, lane: int,
+                        chunk: int = 64) -> Array: ...
+
+    def gated_rmsnorm(self, x: Array, z: Array, w: Array, eps: float) -> Array: ...
+
+    def moe_route(self, logits: Array, top_k: int) -> tuple[Array, Array]: ...
+
+    def moe_shared_add(self, routed: Array, shared: Array, gate: Array) -> Array: ...
+
+    def moe_experts(self, x: Array, gate_up: Array, down: Array, experts: Array, weights: Array,
+                    prompt: bool = False) -> Array: ...

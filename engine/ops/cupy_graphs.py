@@ -1,0 +1,140 @@
+"""CUDA-graph decode: decode steps replayed from graphs captured per (model, batch size, table width).
+
+A decode batch is padded to the next power of two with rows that write to the cache's scratch page
+and scratch state slot; tokens, positions, lanes and page tables are copied into device buffers of
+that batch size, and the graph captured for it replays (the first step of a size runs eagerly, then
+captures). A graph holds the addresses of one cache's arrays, so graphs are kept per cache object
+and die with it. Their intermediates come from one memory pool of their own.
+
+Ownership of `GraphEntry.out`: the entry owns it (it is the captured graph's logits buffer);
+`step` returns a view of it, which the next replay of the same graph overwrites. The scheduler
+chooses its tokens from the logits before the next decode step, so nothing outlives that.
+"""
+from __future__ import annotations
+
+import sys
+import weakref
+
+import numpy as np
+
+from ..config import ModelConfig
+from ..errors import BackendError
+from ..kv.cache import Cache
+from ..rows import Rows
+from ..settings import EngineSettings
+from .base import GraphStats
+
+try:  # the import is only attempted when get_backend chose the CuPy backend
+    import cupy
+except Exception as e:  # pragma: no cover - get_backend reports why first
+    raise BackendError(f"CuPy is not usable ({type(e).__name__}: {e})") from None
+
+import kernels.launch as K
+
+MAX_GRAPH_ROWS = 256  # larger decode batches run eagerly
+
+
+class GraphEntry:
+    def __init__(self, B: int, W: int):
+        self.B, self.W = B, W
+        self.host = np.zeros(B * (3 + W), np.int32)
+        self.dev = cupy.zeros(B * (3 + W), cupy.int32)
+        self.graph = None
+        self.out = None
+        self.failed = False
+
+    def views(self):
+        B, W, d = self.B, self.W, self.dev
+        return d[:B], d[B:2 * B], d[2 * B:3 * B], d[3 * B:].reshape(B, W)
+
+
+class DecodeGraphs:
+    """The captured decode graphs of one backend (one CUDA stream), per cache."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.pool = cupy.cuda.MemoryPool()
+        self._per_cache: weakref.WeakKeyDictionary[Cache, dict] = weakref.WeakKeyDictionary()
+        self.failures: list[str] = []
+
+    def step(self, model, rows: Rows, cache: Cache):
+        """One decode forward of `rows`, padded to a power-of-two batch and replayed from a graph."""
+        n = len(rows)
+        B = 1 << max(0, (n - 1).bit_length())
+        if B > MAX_GRAPH_ROWS:
+            return model.forward(rows, cache)
+        W = rows.tables.shape[1]
+        per_cache = self._per_cache.setdefault(cache, {})
+        key = (id(model), B, W)
+        entry = per_cache.get(key)
+        if entry is None:
+            entry = per_cache[key] = GraphEntry(B, W)
+        if entry.failed:
+            return model.forward(rows, cache)
+        h = entry.host
+        h[:] = 0
+        h[:n] = rows.tokens
+        h[B:B + n] = rows.positions
+        h[2 * B:2 * B + n] = rows.lanes
+        h[2 * B + n:3 * B] = -1  # padding rows own no lane
+        tab = h[3 * B:].reshape(B, W)
+        tab[:n] = rows.tables
+        tab[n:] = cache.scratch_page
+        entry.dev.set(h, stream=self.stream)
+        if entry.graph is not None:
+            entry.graph.launch(self.stream)
+            return entry.out[:n]
+        drows = self._device_rows(entry)
+        out = model.forward(drows, cache)  # eager: this step's answer (and every kernel loaded)
+        self._capture(model, drows, cache, entry)
+        return out[:n]
+
+    def stats(self) -> GraphStats:
+        captured = sum(1 for per in self._per_cache.values() for e in per.values() if e.graph is not None)
+        return GraphStats(captured, list(self.failures), int(self.pool.total_bytes()))
+
+    @staticmethod
+    def _device_rows(entry: GraphEntry) -> Rows:
+        B, W = entry.B, entry.W
+        r = Rows(np.zeros(B, np.int32), np.zeros(B, np.int32), np.zeros((B, W), np.int32), np.zeros(B, np.int32),
+                 False)
+        r.tokens, r.positions, r.lanes, r.tables = entry.views()
+        return r
+
+    def _capture(self, model, drows: Rows, cache: Cache, entry: GraphEntry) -> None:
+        s = self.stream
+        try:
+            with cupy.cuda.using_allocator(self.pool.malloc):
+                s.begin_capture()
+                try:
+                    out = model.forward(drows, cache)
+                finally:
+                    graph = s.end_capture()
+            entry.graph, entry.out = graph, out
+        except Exception as e:  # capture is an optimisation: run eagerly from now on
+            entry.failed = True
+            self.failures.append(f"{entry.B} rows: {type(e).__name__}: {e}")
+            print(f"cupy backend: decode graph for {entry.B} rows not captured ({type(e).__name__}: {e}); "
+                  "running eagerly", file=sys.stderr)
+
+
+def graph_bytes(cfg: ModelConfig, settings: EngineSettings) -> int:
+    """What the decode graphs of these settings keep, estimated from the shapes (float32 activations):
+    the logits [B, vocab] of every captured batch size B (powers of two up to the streams), and the
+    largest graph's intermediates of one layer: activations, the attention partials (the bulk at
+    long contexts) and the widest product's segment partials."""
+    top = min(1 << max(0, (settings.parallel - 1).bit_length()), MAX_GRAPH_ROWS)
+    kept = (2 * top - 1) * cfg.vocab * 4  # 1 + 2 + 4 + ... + top rows
+    width = -(-settings.context // settings.page_tokens)
+    chunks = K.decode_chunks(width, settings.page_tokens)
+    q = cfg.heads * cfg.head_dim * (2 if cfg.attn_output_gate else 1)
+    kv = 2 * cfg.kv_heads * cfg.head_dim
+    mlp = max(cfg.intermediate, cfg.top_k * cfg.expert_intermediate + cfg.shared_intermediate)
+    linear = cfg.conv_channels + 2 * cfg.lin_v_heads * cfg.lin_v_dim if cfg.linear_layers else 0
+    attention = cfg.heads * (chunks + -(-chunks // K.GROUP)) * (cfg.head_dim + 2)
+    products = [(q + kv, cfg.hidden), (cfg.hidden, cfg.heads * cfg.head_dim), (2 * mlp, cfg.hidden),
+                (cfg.hidden, max(mlp, 1))]
+    splits = [(K.qmv_split(M, Kd)[1], -(-M // K.TM_ROWS) * K.TM_ROWS) for M, Kd in products]
+    segments = max((P * Mp for P, Mp in splits if P > 1), default=0)
+    per_row = (4 * cfg.hidden + q + kv + cfg.heads * cfg.head_dim + attention + 3 * mlp + 2 * linear + segments)
+    return kept + top * per_row * 4

@@ -1,0 +1,167 @@
+"""Weights on the GPU: what `CupyBackend.prepare` makes of a canonical tensor.
+
+Affine 4- and 8-bit matrices stay quantized, repacked once into the tile layout of the tensor-core
+GEMV (`QWeight`); stacked expert weights stay as stored (`ExpertWeight`, for moe.cu); anything
+else becomes float32 (`DenseWeight` for products, plain arrays for norms and conv kernels).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..errors import BackendError
+from ..weights import Affine, Tensor, dequantize
+from .base import Kind
+
+try:  # the import is only attempted when get_backend chose the CuPy backend
+    import cupy
+except Exception as e:  # pragma: no cover - get_backend reports why first
+    raise BackendError(f"CuPy is not usable ({type(e).__name__}: {e})") from None
+
+import kernels.launch as K
+
+GIB = 1 << 30
+# The ST argument of the kernels (common.cuh load_sb, moe.cu moe_sb): how scales and biases are stored.
+SCALE_TYPES = {"float16": 0, "bfloat16": 1, "float32": 2}
+
+
+def raw16(a) -> "cupy.ndarray":
+    """fp16/bf16 values (host ml_dtypes or already on the device) → their raw 16 bits on the device."""
+    if isinstance(a, cupy.ndarray):
+        return cupy.ascontiguousarray(a).view(cupy.uint16)
+    return cupy.asarray(np.ascontiguousarray(a).view(np.uint16))
+
+
+class QWeight:
+    """Affine-quantized [M, K] weight in qmv's tile layout (see kernels/gemv.cu)."""
+
+    def __init__(self, w: Affine):
+        if w.packed.ndim != 2:
+            raise BackendError("stacked (expert) affine weights are not supported by the CuPy GEMV yet")
+        M, words = w.packed.shape
+        self.bits, self.group, self.M = w.bits, w.group, M
+        self.K = words * 32 // w.bits
+        self.shape = (self.M, self.K)
+        self.nbytes = int(w.packed.nbytes + w.scales.nbytes + w.biases.nbytes)  # what a product reads
+        self.Mp = -(-M // K.TM_ROWS) * K.TM_ROWS
+        self.codes = K.repack(cupy.ascontiguousarray(cupy.asarray(w.packed, dtype=cupy.uint32)), w.bits, M, self.K,
+                              self.Mp)
+        self.st, self.sb = _pack_scales(w.scales, w.biases, self.Mp)
+
+    @staticmethod
+    def supports(w: Affine) -> bool:
+        K_ = w.packed.shape[-1] * 32 // w.bits
+        return w.packed.ndim == 2 and w.bits in K.QMV_BITS and w.group in K.QMV_GROUPS and K_ % w.group == 0
+
+    def dequantize(self):
+        out = cupy.empty((self.M, self.K), cupy.float32)
+        K.dequant(self.codes, self.sb, self.st, self.bits, self.M, self.K, self.group, out)
+        return out
+
+
+def _pack_scales(scales, biases, Mp: int):
+    name = np.dtype(scales.dtype).name
+    if name not in SCALE_TYPES or np.dtype(biases.dtype).name != name:
+        raise BackendError(f"affine scales of dtype {name} are not supported (fp16, bf16 or fp32)")
+    st = SCALE_TYPES[name]
+    M, NG = scales.shape
+    if st == 2:
+        pair = cupy.stack([cupy.asarray(scales, dtype=cupy.float32), cupy.asarray(biases, dtype=cupy.float32)], -1)
+        out = cupy.zeros((Mp, NG, 2), cupy.float32)
+        out[:M] = pair
+        out = out.reshape(Mp // 16, 16, NG, 2).transpose(0, 2, 1, 3)
+    else:
+        pair = raw16(scales).astype(cupy.uint32) | (raw16(biases).astype(cupy.uint32) << 16)
+        out = cupy.zeros((Mp, NG), cupy.uint32)
+        out[:M] = pair
+        out = out.reshape(Mp // 16, 16, NG).transpose(0, 2, 1)
+    return st, cupy.ascontiguousarray(out)
+
+
+class DenseWeight:
+    """A float32 [M, K] weight (non-quantized checkpoints, or formats the GEMV does not take)."""
+
+    def __init__(self, w):
+        self.w = cupy.ascontiguousarray(cupy.asarray(w, dtype=cupy.float32))
+        self.M, self.K = self.w.shape
+        self.shape = (self.M, self.K)
+        self.nbytes = int(self.w.nbytes)
+
+    def dequantize(self):
+        return self.w
+
+
+class ExpertWeight:
+    """Stacked affine expert weights [E, M, K] on the device as stored: uint32 codes, scales, biases."""
+
+    def __init__(self, w: Affine):
+        self.bits, self.group = w.bits, w.group
+        self.E, self.M, words = w.packed.shape
+        self.K = words * 32 // w.bits
+        self.shape = (self.E, self.M, self.K)
+        self.codes = cupy.ascontiguousarray(cupy.asarray(w.packed, dtype=cupy.uint32))
+        self.st = SCALE_TYPES[np.dtype(w.scales.dtype).name]
+        if self.st == 2:
+            self.scales = cupy.ascontiguousarray(cupy.asarray(w.scales, dtype=cupy.float32))
+            self.biases = cupy.ascontiguousarray(cupy.asarray(w.biases, dtype=cupy.float32))
+        else:
+            self.scales, self.biases = raw16(w.scales), raw16(w.biases)
+        self.nbytes = int(self.codes.nbytes + self.scales.nbytes + self.biases.nbytes)
+
+    @staticmethod
+    def supports(w) -> bool:
+        if not (isinstance(w, Affine) and w.packed.ndim == 3 and w.bits in (4, 8)):
+            return False
+        K = w.packed.shape[-1] * 32 // w.bits
+        return (np.dtype(w.scales.dtype).name in SCALE_TYPES and np.dtype(w.biases.dtype) == np.dtype(w.scales.dtype)
+                and K % w.group == 0 and w.group % (32 // w.bits) == 0)
+
+    def dequantize(self):
+        host = Affine(cupy.asnumpy(self.codes), cupy.asnumpy(self.scales), cupy.asnumpy(self.biases), self.bits,
+                      self.group)
+        if self.st != 2:
+            import ml_dtypes
+            dt = np.float16 if self.st == 0 else ml_dtypes.bfloat16
+            host = Affine(host.packed, host.scales.view(dt), host.biases.view(dt), self.bits, self.group)
+        return cupy.asarray(dequantize(host))
+
+
+def prepare_experts(w):
+    """Stacked expert weights → ExpertWeight (affine 4/8-bit) or a float32 [E, M, K] device array."""
+    if ExpertWeight.supports(w):
+        return ExpertWeight(w)
+    if isinstance(w, cupy.ndarray):
+        return cupy.ascontiguousarray(w, dtype=cupy.float32)
+    return cupy.asarray(np.ascontiguousarray(dequantize(w)))  # float32 on the host first (bf16 included)
+
+
+def prepare(w: Tensor, kind: Kind, free_memory: Callable[[], int]):
+    """A canonical weight (host, or affine codes already on the device) → what the CuPy ops take."""
+    if kind == "experts":
+        return prepare_experts(w)
+    if isinstance(w, Affine):
+        if kind in ("linear", "embed") and QWeight.supports(w):
+            return _checked(lambda: QWeight(w), w.nbytes, free_memory)
+        if kind in ("linear", "embed"):
+            return _checked(lambda: DenseWeight(_host_or_dev_dequant(w)), 4 * int(np.prod(w.shape)), free_memory)
+        return cupy.asarray(_host_or_dev_dequant(w), dtype=cupy.float32)
+    a = w if isinstance(w, cupy.ndarray) else np.asarray(w)
+    if kind in ("linear", "embed") and a.ndim == 2:
+        return _checked(lambda: DenseWeight(a if isinstance(a, cupy.ndarray) else a.astype(np.float32)),
+                        4 * a.size, free_memory)
+    return cupy.asarray(a if isinstance(a, cupy.ndarray) else a.astype(np.float32), dtype=cupy.float32)
+
+
+def _host_or_dev_dequant(w: Affine):
+    if isinstance(w.packed, cupy.ndarray):
+        w = Affine(cupy.asnumpy(w.packed), cupy.asnumpy(w.scales), cupy.asnumpy(w.biases), w.bits, w.group)
+    return dequantize(w)
+
+
+def _checked(make, nbytes: int, free_memory: Callable[[], int]):
+    free = free_memory()
+    if nbytes > free:
+        raise BackendError(f"the model's weights do not fit in GPU memory ({nbytes / GIB:.2f} GiB more needed, "
+                           f"{free / GIB:.2f} GiB free); pick a smaller model or --backend numpy")
+    return make()
