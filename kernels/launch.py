@@ -43,7 +43,8 @@ TM_ROWS = 64  # weights pad to a multiple of this many rows (whole 16-row tiles,
 QMV_BATCH = 512  # inputs a segment holds a whole number of
 QMV_BITS = (4, 8)  # code widths of qmv, embed_q and dequant
 QMV_GROUPS = (32, 64, 128)  # quantization group sizes qmv takes (whole 32-wide subgroups)
-QMV_TILES = (1, 2, 4)  # 8-row n-tiles per block, picked by row count in qmv()
+QMV_TILES = (0, 1, 2, 4)  # 8-row n-tiles per block (0: up to 4 rows packed), picked by row count in qmv()
+QMV_SCALES = (0, 1, 2)  # scale types: fp16, bf16, fp32 pairs
 QMV_INPUTS = (0, 1, 2)  # xm: x, silu(x) * x2, rmsnorm(x [+ x2]) * nw
 _counters = {}
 
@@ -208,8 +209,9 @@ def attn_prompt(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
 def variants() -> list[tuple[str, str]]:
     """Every (file, kernel name) the launchers above can ask `function` for, from their own tables."""
     gemv = ["repack4", "repack8", "dense_gemv", "embed_dense", "fill_random_u32"]
-    gemv += ["qmv<%d, %d, %d, %d>" % (bits, group // 32, nt, xm)
-             for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_TILES for xm in QMV_INPUTS]
+    gemv += ["qmv<%d, %d, %d, %d, %d>" % (bits, group // 32, nt, xm, st)
+             for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_TILES for xm in QMV_INPUTS
+             for st in QMV_SCALES]
     gemv += [f"{k}<{bits}>" for k in ("embed_q", "dequant") for bits in QMV_BITS]
     elementwise = ["rmsnorm_rows", "gate_rows", "heads_out", "argmax_rows"]
     attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode", "attn_prompt") for kv8 in (0, 1)]
