@@ -2,14 +2,16 @@
 //
 // Weights are repacked once at load into a tile layout that feeds mma.sync directly, with
 // T = 16-row tile, S = 32-input subgroups (padded to an even count for 4-bit codes):
-//   4-bit: codes[T][S/2][32 lanes][4 words]: lane (g = lane/4, t = lane%4) holds, for the two
+// Sp = S rounded up to a multiple of 16 (zero codes past K; the scales' groups padded the same way,
+// with zero scale and bias), so every batch of every kernel is whole.
+//   4-bit: codes[T][Sp/2][32 lanes][4 words]: lane (g = lane/4, t = lane%4) holds, for the two
 //     subgroups 2j and 2j+1, the words of inputs 8t..8t+7 for rows 16T+g and 16T+g+8 (in that
 //     order: s 2j row g, s 2j row g+8, s 2j+1 row g, s 2j+1 row g+8), nibbles permuted so that
 //     nibble i is input 2i and nibble i+4 input 2i+1 (one shift+and+or gives two bf16 codes).
 //     One 16-byte load per lane feeds two subgroups.
-//   8-bit: codes[T][S][32 lanes][4 words]: the same lane holds, per row, two words: inputs
+//   8-bit: codes[T][Sp][32 lanes][4 words]: the same lane holds, per row, two words: inputs
 //     8t+4st+j (st = 0, 1), each byte split into nibbles (low at (j>>1)+4(j&1), high two above).
-//   sb[T][NG][16 rows] = (scale, bias) pairs in the source dtype.
+//   sb[T][Sp / SUB][16 rows] = (scale, bias) pairs in the source dtype.
 //
 // qmv runs on tensor cores: codes as bf16 (128+q, exact), x split into bf16 hi + lo (16 bits of
 // mantissa), fp32 accumulation per group, then y += s*C + (b - 128 s) * sum(hi + lo): the offset's
@@ -23,6 +25,13 @@
 // row sits change nothing in any row's operations.
 #include "common.cuh"
 
+// Two 4-bit codes as bf16 (128 + q): (w >> 4i) & 0x000f000f | magic in one lop3 (magic in a register:
+// a LOP3 takes one immediate, so the plain C form costs two).
+DEV u32 nib2m(u32 w, int i, u32 magic) {
+  u32 r;
+  asm("lop3.b32 %0, %1, 0x000f000f, %2, 0xea;" : "=r"(r) : "r"(w >> (4 * i)), "r"(magic));
+  return r;
+}
 DEV u32 nib2(u32 w, int i) { return ((w >> (4 * i)) & 0x000f000fu) | 0x43004300u; }
 
 DEV void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
@@ -57,79 +66,54 @@ DEV void ld8(float* v, const float* __restrict__ p) {
   v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
 }
 
-// Per n-tile count: x rows per block, inputs staged per batch (a schedule, not arithmetic), and
-// the staged row pitch in bf16 (64 bytes of padding: the 16-byte fragment loads of rows g and g+1
-// fall on disjoint banks).
-template <int NT>
+// Per (bits, n-tiles, group): x rows per block, inputs per batch (a schedule, not arithmetic) and
+// the staged row pitch in bf16. NT 0 packs up to 4 rows: row r's hi and lo halves are the MMA's
+// columns 2r and 2r+1, so one MMA gives both products (the same bits as two MMAs into separate
+// accumulators, which is what NT >= 1 does) and the sum of the two lands in one thread; (64 bytes of padding: the 16-byte fragment loads of rows g and g+1
+// fall on disjoint banks). Batches never cross a padded weight's end (Sp is a multiple of 16).
+template <int BITS, int SUB, int NT>
 struct QmvShape {
-  static constexpr int R = 8 * NT;
-  static constexpr int BATCH = 512 / NT;
+  static constexpr int NT1 = NT > 0 ? NT : 1;
+  static constexpr int R = NT > 0 ? 8 * NT : 4;  // x rows a block takes
+  static constexpr int SR = 8 * NT1;              // staged rows (packed: hi and lo of 4 rows)
+  static constexpr int B0 = (BITS == 4 ? 512 : 256) / NT1;
+  static constexpr int BATCH = B0 < 32 * SUB ? 32 * SUB : B0;
   static constexpr int PITCH = BATCH + 32;
-  static constexpr int NSB = BATCH / 32;
+  static constexpr int NSB = BATCH / 32;                // subgroups per batch
+  static constexpr int GPB = NSB / SUB;                 // groups per batch
+  static constexpr int CW = BITS == 4 ? NSB / 2 : NSB;  // 16-byte code words per lane per batch
 };
 
-// Code words of one lane for subgroup pairs [s0, s0 + 2*CW) (zeros past Sp).
-template <int BITS, int CW>
-DEV void qmv_load_codes(uint4* cw, const u32* __restrict__ codes, int T, int Sp, int s0, int lane) {
-#pragma unroll
-  for (int i = 0; i < CW; ++i) {
-    if (BITS == 4) {
-      const int pr = s0 / 2 + i;
-      cw[i] = pr < Sp / 2 ? ldg_stream4(codes + (((i64)T * (Sp / 2) + pr) * 32 + lane) * 4) : make_uint4(0u, 0u, 0u, 0u);
-    } else {
-      const int s = s0 + i;
-      cw[i] = s < Sp ? ldg_stream4(codes + (((i64)T * Sp + s) * 32 + lane) * 4) : make_uint4(0u, 0u, 0u, 0u);
-    }
-  }
-}
-
-// (scale, offset-corrected bias) of rows g and g+8 for groups [grp0, grp0 + NGC) (zeros past NG).
-template <int BITS, int NGC>
-DEV void qmv_load_sb(float (*sc)[2], float (*bb)[2], const void* __restrict__ sb, int st_, int T, int NG, int grp0,
-                     int g) {
-  constexpr float OFF = BITS == 4 ? 128.0f : 2176.0f;
-#pragma unroll
-  for (int i = 0; i < NGC; ++i) {
-    const int grp = grp0 + i;
-    float s0 = 0.f, b0 = 0.f, s1 = 0.f, b1 = 0.f;
-    if (grp < NG) {
-      const i64 idx = ((i64)T * NG + grp) * 16 + g;
-      load_sb(sb, st_, idx, s0, b0);
-      load_sb(sb, st_, idx + 8, s1, b1);
-    }
-    sc[i][0] = s0; sc[i][1] = s1;
-    bb[i][0] = fmaf(-OFF, s0, b0); bb[i][1] = fmaf(-OFF, s1, b1);
-  }
-}
-
-// BITS 4|8, SUB subgroups per group (1, 2, 4), NT 8-row n-tiles, XM input mode:
-//   0: x;  1: silu(x) * x2 (the MLP's gate and up halves);
+// BITS 4|8, SUB subgroups per group (1, 2, 4), NT 8-row n-tiles (0: 4 rows packed), XM input mode,
+// SBT scale type (load_sb's ST: 0 fp16 pair, 1 bf16 pair, 2 fp32 pair):
+//   XM 0: x;  1: silu(x) * x2 (the MLP's gate and up halves);
 //   2: RMSNorm of h = x (+ x2 when given): the staged input is h * nw and the output is divided by
 //      sqrt(mean(h^2) + eps) of the whole row; blocks of the first 128 weight rows write h to hout.
-// grid = (ceil(M / 128), P segments, ceil(nrows / (8 NT))), block = 256 (8 warps, one tile each).
-// part [z][P][8 NT][Mp] and sspart [z][mblocks][P][8 NT] hold segment partials (P > 1); counters
+// grid = (ceil(M / 128), P segments, ceil(nrows / R)), block = 256 (8 warps, one tile each).
+// Codes and scales are padded to Sp subgroups (zero codes, zero scale and bias): no per-subgroup
+// check runs, the padding adds exact zeros. Each warp walks its tile with one pointer and fixed
+// strides; only the rows a block has are staged (the others stay zero from the start).
+// part [z][P][R][Mp] and sspart [z][mblocks][P][R] hold segment partials (P > 1); counters
 // [z * mblocks] are zero between launches (the last block of a tile row resets its own).
-template <int BITS, int SUB, int NT, int XM>
-__global__ void __launch_bounds__(256) qmv(const u32* __restrict__ codes, const void* __restrict__ sb, int st_,
+template <int BITS, int SUB, int NT, int XM, int SBT>
+__global__ void __launch_bounds__(256) qmv(const u32* __restrict__ codes, const u32* __restrict__ sb, int st_,
                                            const float* __restrict__ x, const float* __restrict__ x2, i64 ldx,
                                            i64 ldx2, const float* __restrict__ nw, float eps,
                                            float* __restrict__ hout, i64 ldh, float* __restrict__ y, i64 ldy,
-                                           int nrows, int M, int Mp, int K, int NG, int KS,
+                                           int nrows, int M, int Mp, int K, int Sp, int KS,
                                            float* __restrict__ part, float* __restrict__ sspart,
                                            int* __restrict__ counters) {
-  using Sh = QmvShape<NT>;
-  constexpr int R = Sh::R, BATCH = Sh::BATCH, PITCH = Sh::PITCH, NSB = Sh::NSB;
-  constexpr int GPB = NSB / SUB;                       // groups per batch
-  constexpr int SPC0 = BITS == 4 && SUB > 1 ? 16 : 8;  // subgroups per code chunk (<= 8 groups of scales)
-  constexpr int SPC = SPC0 < NSB ? SPC0 : NSB;
-  constexpr int CW = BITS == 4 ? SPC / 2 : SPC;        // uint4 per lane per chunk
-  constexpr int GPC = SPC / SUB;                       // groups per chunk
-  constexpr int NCH = NSB / SPC;                       // chunks per batch
-  constexpr int CPR = BATCH / 8;                       // 8-input pieces per staged row
-  constexpr int GL = 4 * SUB;                          // pieces per group
-  constexpr int NB64 = BATCH / 64;
-  __shared__ __align__(16) u16 xh[R * PITCH];
-  __shared__ __align__(16) u16 xl[R * PITCH];
+  using Sh = QmvShape<BITS, SUB, NT>;
+  constexpr int R = Sh::R, SR = Sh::SR, BATCH = Sh::BATCH, PITCH = Sh::PITCH, GPB = Sh::GPB, CW = Sh::CW;
+  constexpr bool PK = NT == 0;
+  constexpr int NTE = Sh::NT1;  // n-tiles of the MMA
+  constexpr int CPR = BATCH / 8;  // 8-input pieces per staged row
+  constexpr int GL = 4 * SUB;     // pieces per group
+  constexpr int NB64 = BATCH / 64 > 0 ? BATCH / 64 : 1;
+  constexpr int SBW = SBT == 2 ? 2 : 1;  // words per (scale, bias) pair
+  constexpr float OFF = BITS == 4 ? 128.0f : 2176.0f;
+  __shared__ __align__(16) u16 xh[SR * PITCH];
+  __shared__ __align__(16) u16 xl[PK ? 8 : SR * PITCH];  // packed: the lo halves live in xh
   __shared__ float sx_s[R * GPB];
   __shared__ float sq_s[R * NB64];
   __shared__ float ss_s[R];
@@ -138,33 +122,50 @@ __global__ void __launch_bounds__(256) qmv(const u32* __restrict__ codes, const 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int mb = blockIdx.x, p = blockIdx.y, z = blockIdx.z, P = gridDim.y, MB = gridDim.x;
   const int r0 = z * R, nr = min(nrows - r0, R);
-  const int T = mb * 8 + warp;
-  const bool tile_on = T * 16 < M;
-  const int S = K / 32, Sp = BITS == 4 ? S + (S & 1) : S;
+  u32 magic = 0x43004300u;
+  asm volatile("" : "+r"(magic));  // kept in a register for nib2m
+  const int tiles = (M + 15) >> 4;
+  const bool tile_on = mb * 8 + warp < tiles;
+  const int T = min(mb * 8 + warp, tiles - 1);  // idle warps read a real tile and write nothing
   const int k0 = p * KS, k1 = min(K, k0 + KS);
+  // this warp's codes and (rows g, g + 8) scale pairs, advanced batch by batch
+  const uint4* cptr = (const uint4*)codes + ((i64)T * (BITS == 4 ? Sp / 2 : Sp) + (BITS == 4 ? k0 / 64 : k0 / 32)) * 32 + lane;
+  const u32* sptr = sb + ((i64)T * (Sp / SUB) * 16 + (k0 / (32 * SUB)) * 16 + g) * SBW;
+  // rows past the block's own are zero for good; the staged rows are rewritten every batch
+  const int zr = PK ? 2 * nr : nr;  // first staged row that stays zero
+  for (int i = tid; i < (SR - zr) * PITCH; i += 256) {
+    xh[zr * PITCH + i] = 0;
+    if (!PK) xl[zr * PITCH + i] = 0;
+  }
+  for (int i = tid; i < (R - nr) * GPB; i += 256) sx_s[nr * GPB + i] = 0.0f;
   if (XM == 2 && tid < R) ss_s[tid] = 0.0f;
 
-  float acc[NT][4];
+  float acc[NTE][4];
 #pragma unroll
-  for (int a = 0; a < NT; ++a)
+  for (int a = 0; a < NTE; ++a)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[a][c] = 0.0f;
 
   for (int kb = k0; kb < k1; kb += BATCH) {
-    const int sb0 = kb / 32;  // first subgroup of the batch
     uint4 cw[CW];
-    float sc[GPC][2], bb[GPC][2];
-    if (tile_on) {  // the first chunk's codes are in flight while the batch is staged
-      qmv_load_codes<BITS, CW>(cw, codes, T, Sp, sb0, lane);
-      qmv_load_sb<BITS, GPC>(sc, bb, sb, st_, T, NG, sb0 / SUB, g);
-    }
-    // --- stage x[r0 .. r0+R, kb .. kb+BATCH) as bf16 hi/lo, with per-group sums of hi + lo ---
+    u32 sw[GPB][2][SBW];
 #pragma unroll
-    for (int pass = 0; pass < 2; ++pass) {
-      const int c = pass * 256 + tid, r = c / CPR, j = c % CPR, k = kb + 8 * j;
+    for (int j = 0; j < CW; ++j) cw[j] = ldg_stream4((const u32*)(cptr + j * 32));
+#pragma unroll
+    for (int i = 0; i < GPB; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int w = 0; w < SBW; ++w) sw[i][h][w] = __ldg(sptr + (i * 16 + 8 * h) * SBW + w);
+    cptr += CW * 32;
+    sptr += GPB * 16 * SBW;
+    // --- stage the block's x rows of this batch as bf16 hi/lo, with per-group sums of hi + lo ---
+    for (int c0 = 0; c0 < nr * CPR; c0 += 256) {  // whole warps every pass: the shuffles need all lanes
+      const int c = c0 + tid, r = c / CPR, j = c % CPR, k = kb + 8 * j;
+      const bool here = c < nr * CPR;
       float v[8];
       float sq = 0.0f;
-      if (r < nr && k < k1) {
+      if (here && k < k1) {
         const i64 row = r0 + r;
         ld8(v, x + row * ldx + k);
         if (XM == 1) {
@@ -202,88 +203,103 @@ __global__ void __launch_bounds__(256) qmv(const u32* __restrict__ codes, const 
         split_bf16(v[2 * i], v[2 * i + 1], hi[i], lo[i]);
         xs = __fadd_rn(xs, hl_sum(hi[i], lo[i]));
       }
-      *(uint4*)(xh + r * PITCH + 8 * j) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-      *(uint4*)(xl + r * PITCH + 8 * j) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      if (here) {
+        *(uint4*)(xh + (PK ? 2 * r : r) * PITCH + 8 * j) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *(uint4*)((PK ? xh + (2 * r + 1) * PITCH : xl + r * PITCH) + 8 * j) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      }
 #pragma unroll
       for (int o = 1; o < GL; o <<= 1) xs = __fadd_rn(xs, __shfl_xor_sync(FULL_MASK, xs, o));
-      if (j % GL == 0) sx_s[r * GPB + j / GL] = xs;
+      if (here && j % GL == 0) sx_s[r * GPB + j / GL] = xs;
       if (XM == 2) {
 #pragma unroll
         for (int o = 1; o < 8; o <<= 1) sq = __fadd_rn(sq, __shfl_xor_sync(FULL_MASK, sq, o));
-        if (j % 8 == 0) sq_s[r * NB64 + j / 8] = sq;
+        if (here && j % 8 == 0) sq_s[r * NB64 + j / 8] = sq;
       }
     }
     __syncthreads();
-    if (XM == 2 && tid < R) {  // the row's sum of squares, 64 inputs at a time in order
+    if (XM == 2 && tid < nr) {  // the row's sum of squares, 64 inputs at a time in order
       float s = ss_s[tid];
       for (int i = 0; i < NB64 && kb + 64 * i < k1; ++i) s = __fadd_rn(s, sq_s[tid * NB64 + i]);
       ss_s[tid] = s;
     }
-    // --- tensor-core products of this warp's tile over the batch ---
-    if (tile_on) {
+    // --- tensor-core products of this warp's tile over the batch: no checks, fixed offsets ---
+    // hi and lo products in separate accumulators (C/Cl; D/Dl for the high nibbles of 8-bit codes),
+    // added at the group's end; packed, they are the even and odd columns of one accumulator.
 #pragma unroll
-      for (int ch = 0; ch < NCH; ++ch) {
-        if (ch > 0) {
-          qmv_load_codes<BITS, CW>(cw, codes, T, Sp, sb0 + ch * SPC, lane);
-          qmv_load_sb<BITS, GPC>(sc, bb, sb, st_, T, NG, (sb0 + ch * SPC) / SUB, g);
+    for (int gi = 0; gi < GPB; ++gi) {
+      float C[NTE][4], Cl[NTE][4], D[NTE][4], Dl[NTE][4];
+#pragma unroll
+      for (int a = 0; a < NTE; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) { C[a][c] = 0.0f; Cl[a][c] = 0.0f; D[a][c] = 0.0f; Dl[a][c] = 0.0f; }
+#pragma unroll
+      for (int si = 0; si < SUB; ++si) {
+        const int sl = gi * SUB + si;  // subgroup within the batch
+        u32 w[4];
+        if (BITS == 4) {
+          const uint4 q = cw[sl / 2];
+          w[0] = (sl & 1) ? q.z : q.x;  // row g
+          w[1] = (sl & 1) ? q.w : q.y;  // row g + 8
+        } else {
+          const uint4 q = cw[sl];
+          w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;  // (g, st0) (g, st1) (g+8, st0) (g+8, st1)
         }
 #pragma unroll
-        for (int gi = 0; gi < GPC; ++gi) {
-          const int grp = (sb0 + ch * SPC) / SUB + gi;
-          if (grp < NG && grp * SUB * 32 < k1) {
-            float C[NT][4], Ch[NT][4];
+        for (int nt = 0; nt < NTE; ++nt) {
+          const uint4 bh = *(const uint4*)(xh + (nt * 8 + g) * PITCH + sl * 32 + 8 * t);
+          uint4 bl = bh;
+          if (!PK) bl = *(const uint4*)(xl + (nt * 8 + g) * PITCH + sl * 32 + 8 * t);
 #pragma unroll
-            for (int a = 0; a < NT; ++a)
-#pragma unroll
-              for (int c = 0; c < 4; ++c) { C[a][c] = 0.0f; Ch[a][c] = 0.0f; }
-#pragma unroll
-            for (int si = 0; si < SUB; ++si) {
-              const int sl = ch * SPC + gi * SUB + si;  // subgroup within the batch
-              const int ci = gi * SUB + si;             // within the chunk
-              u32 w[4];
-              if (BITS == 4) {
-                const uint4 q = cw[ci / 2];
-                w[0] = (ci & 1) ? q.z : q.x;  // row g
-                w[1] = (ci & 1) ? q.w : q.y;  // row g + 8
-              } else {
-                const uint4 q = cw[ci];
-                w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;  // (g, st0) (g, st1) (g+8, st0) (g+8, st1)
-              }
-#pragma unroll
-              for (int nt = 0; nt < NT; ++nt) {
-                const uint4 bh = *(const uint4*)(xh + (nt * 8 + g) * PITCH + sl * 32 + 8 * t);
-                const uint4 bl = *(const uint4*)(xl + (nt * 8 + g) * PITCH + sl * 32 + 8 * t);
-#pragma unroll
-                for (int st = 0; st < 2; ++st) {
-                  const u32 h0 = st ? bh.z : bh.x, h1 = st ? bh.w : bh.y;
-                  const u32 l0 = st ? bl.z : bl.x, l1 = st ? bl.w : bl.y;
-                  if (BITS == 4) {
-                    const u32 a0 = nib2(w[0], 2 * st), a1 = nib2(w[1], 2 * st);
-                    const u32 a2 = nib2(w[0], 2 * st + 1), a3 = nib2(w[1], 2 * st + 1);
-                    mma_bf16(C[nt], a0, a1, a2, a3, h0, h1);
-                    mma_bf16(C[nt], a0, a1, a2, a3, l0, l1);
-                  } else {
-                    const u32 w0 = w[st], w1 = w[2 + st];
-                    mma_bf16(C[nt], nib2(w0, 0), nib2(w1, 0), nib2(w0, 1), nib2(w1, 1), h0, h1);
-                    mma_bf16(C[nt], nib2(w0, 0), nib2(w1, 0), nib2(w0, 1), nib2(w1, 1), l0, l1);
-                    mma_bf16(Ch[nt], nib2(w0, 2), nib2(w1, 2), nib2(w0, 3), nib2(w1, 3), h0, h1);
-                    mma_bf16(Ch[nt], nib2(w0, 2), nib2(w1, 2), nib2(w0, 3), nib2(w1, 3), l0, l1);
-                  }
-                }
+          for (int st = 0; st < 2; ++st) {
+            const u32 h0 = st ? bh.z : bh.x, h1 = st ? bh.w : bh.y;
+            const u32 l0 = st ? bl.z : bl.x, l1 = st ? bl.w : bl.y;
+            if (BITS == 4) {
+              const u32 a0 = nib2m(w[0], 2 * st, magic), a1 = nib2m(w[1], 2 * st, magic);
+              const u32 a2 = nib2m(w[0], 2 * st + 1, magic), a3 = nib2m(w[1], 2 * st + 1, magic);
+              mma_bf16(C[nt], a0, a1, a2, a3, h0, h1);
+              if (!PK) mma_bf16(Cl[nt], a0, a1, a2, a3, l0, l1);
+            } else {
+              const u32 w0 = w[st], w1 = w[2 + st];
+              const u32 a0 = nib2m(w0, 0, magic), a1 = nib2m(w1, 0, magic), a2 = nib2m(w0, 1, magic);
+              const u32 a3 = nib2m(w1, 1, magic), e0 = nib2m(w0, 2, magic), e1 = nib2m(w1, 2, magic);
+              const u32 e2 = nib2m(w0, 3, magic), e3 = nib2m(w1, 3, magic);
+              mma_bf16(C[nt], a0, a1, a2, a3, h0, h1);
+              mma_bf16(D[nt], e0, e1, e2, e3, h0, h1);
+              if (!PK) {
+                mma_bf16(Cl[nt], a0, a1, a2, a3, l0, l1);
+                mma_bf16(Dl[nt], e0, e1, e2, e3, l0, l1);
               }
             }
-            // group epilogue: scale, offset-corrected bias times the group's sum of x
-            const int gb = ch * GPC + gi;  // group within the batch
+          }
+        }
+      }
+      // group epilogue: scale, offset-corrected bias times the group's sum of x
+      float sc[2], bb[2];
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              const float sx0 = sx_s[(nt * 8 + 2 * t) * GPB + gb], sx1 = sx_s[(nt * 8 + 2 * t + 1) * GPB + gb];
+      for (int h = 0; h < 2; ++h) {
+        float s_, b_;
+        if (SBT == 2) { s_ = __uint_as_float(sw[gi][h][0]); b_ = __uint_as_float(sw[gi][h][SBW - 1]); }
+        else if (SBT == 0) { s_ = f16_to_f32(sw[gi][h][0]); b_ = f16_to_f32(sw[gi][h][0] >> 16); }
+        else { s_ = bf16_to_f32(sw[gi][h][0]); b_ = bf16_to_f32(sw[gi][h][0] >> 16); }
+        sc[h] = s_;
+        bb[h] = fmaf(-OFF, s_, b_);
+      }
+      if (PK) {  // this thread: x row t, weight rows g (c 0, 1) and g + 8 (c 2, 3)
+        const float sxt = sx_s[t * GPB + gi];
 #pragma unroll
-              for (int c = 0; c < 4; ++c) {
-                const float cc = BITS == 4 ? C[nt][c] : fmaf(16.0f, Ch[nt][c], C[nt][c]);
-                const int h = c >> 1;
-                acc[nt][c] = fmaf(bb[gi][h], (c & 1) ? sx1 : sx0, fmaf(sc[gi][h], cc, acc[nt][c]));
-              }
-            }
+        for (int h = 0; h < 2; ++h) {
+          const float cc = BITS == 4 ? C[0][2 * h] + C[0][2 * h + 1]
+                                     : fmaf(16.0f, D[0][2 * h] + D[0][2 * h + 1], C[0][2 * h] + C[0][2 * h + 1]);
+          acc[0][2 * h] = fmaf(bb[h], sxt, fmaf(sc[h], cc, acc[0][2 * h]));
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < NTE; ++nt) {
+          const float sx0 = sx_s[(nt * 8 + 2 * t) * GPB + gi], sx1 = sx_s[(nt * 8 + 2 * t + 1) * GPB + gi];
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const float cc = BITS == 4 ? C[nt][c] + Cl[nt][c] : fmaf(16.0f, D[nt][c] + Dl[nt][c], C[nt][c] + Cl[nt][c]);
+            acc[nt][c] = fmaf(bb[c >> 1], (c & 1) ? sx1 : sx0, fmaf(sc[c >> 1], cc, acc[nt][c]));
           }
         }
       }
@@ -295,11 +311,11 @@ __global__ void __launch_bounds__(256) qmv(const u32* __restrict__ codes, const 
   if (P == 1) {
     if (tile_on) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < NTE; ++nt)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          const int m = T * 16 + g + 8 * (c >> 1), n = nt * 8 + 2 * t + (c & 1);
-          if (m < M && n < nr) {
+          const int m = T * 16 + g + 8 * (c >> 1), n = PK ? t : nt * 8 + 2 * t + (c & 1);
+          if ((!PK || !(c & 1)) && m < M && n < nr) {
             float v = acc[nt][c];
             if (XM == 2) v = __fdiv_rn(v, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss_s[n], (float)K), eps)));
             y[(i64)(r0 + n) * ldy + m] = v;
@@ -310,11 +326,11 @@ __global__ void __launch_bounds__(256) qmv(const u32* __restrict__ codes, const 
   }
   if (tile_on) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NTE; ++nt)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int m = T * 16 + g + 8 * (c >> 1), n = nt * 8 + 2 * t + (c & 1);
-        if (n < nr) part[(((i64)z * P + p) * R + n) * Mp + m] = acc[nt][c];
+        const int m = T * 16 + g + 8 * (c >> 1), n = PK ? t : nt * 8 + 2 * t + (c & 1);
+        if ((!PK || !(c & 1)) && n < nr) part[(((i64)z * P + p) * R + n) * Mp + m] = acc[nt][c];
       }
   }
   if (XM == 2 && tid < R) sspart[(((i64)z * MB + mb) * P + p) * R + tid] = ss_s[tid];
@@ -362,10 +378,11 @@ extern "C" __global__ void __launch_bounds__(256) dense_gemv(const float* __rest
 }
 
 // --- load-time repacking of canonical MLX-style packed words --------------------------------
-extern "C" __global__ void repack4(const u32* __restrict__ src, int M, int K, u32* __restrict__ dst, i64 total) {
+extern "C" __global__ void repack4(const u32* __restrict__ src, int M, int K, int Sp, u32* __restrict__ dst,
+                                   i64 total) {
   const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= total) return;
-  const int S = K / 32, Sp2 = (S + 1) / 2;
+  const int S = K / 32, Sp2 = Sp / 2;
   const int e = (int)(idx & 3), lane = (int)((idx >> 2) & 31);
   const i64 rest = idx >> 7;
   const int s = 2 * (int)(rest % Sp2) + (e >> 1);
@@ -384,18 +401,19 @@ extern "C" __global__ void repack4(const u32* __restrict__ src, int M, int K, u3
   dst[idx] = out;
 }
 
-extern "C" __global__ void repack8(const u32* __restrict__ src, int M, int K, u32* __restrict__ dst, i64 total) {
+extern "C" __global__ void repack8(const u32* __restrict__ src, int M, int K, int Sp, u32* __restrict__ dst,
+                                   i64 total) {
   const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   const int S = K / 32;
   const int e = (int)(idx & 3), lane = (int)((idx >> 2) & 31);
   const i64 rest = idx >> 7;
-  const int s = (int)(rest % S);
-  const i64 T = rest / S;
+  const int s = (int)(rest % Sp);
+  const i64 T = rest / Sp;
   const int g = lane >> 2, t = lane & 3, half = e >> 1, st = e & 1;
   const i64 m = T * 16 + g + 8 * half;
   u32 out = 0u;
-  if (m < M) {
+  if (m < M && s < S) {
     const u32 w = src[m * (K / 4) + 8 * s + 2 * t + st];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -410,19 +428,18 @@ extern "C" __global__ void repack8(const u32* __restrict__ src, int M, int K, u3
 
 // The code of weight (m, k) in the repacked layout.
 template <int BITS>
-DEV u32 code_at(const u32* __restrict__ codes, i64 m, int k, int S) {
+DEV u32 code_at(const u32* __restrict__ codes, i64 m, int k, int Sp) {
   const i64 T = m / 16;
   const int r = (int)(m % 16), g = r & 7, half = r >> 3;
   const int s = k / 32, t = (k % 32) / 8, j = k % 8;
   const int lane = g * 4 + t;
   if (BITS == 4) {
-    const int Sp2 = (S + 1) / 2;
-    const u32 w = codes[((T * Sp2 + s / 2) * 32 + lane) * 4 + (s & 1) * 2 + half];
+    const u32 w = codes[((T * (Sp / 2) + s / 2) * 32 + lane) * 4 + (s & 1) * 2 + half];
     const int p = (j >> 1) + 4 * (j & 1);
     return (w >> (4 * p)) & 0xfu;
   }
   const int st = j >> 2, jj = j & 3;
-  const u32 w = codes[((T * S + s) * 32 + lane) * 4 + half * 2 + st];
+  const u32 w = codes[((T * Sp + s) * 32 + lane) * 4 + half * 2 + st];
   const int lp = (jj >> 1) + 4 * (jj & 1);
   return ((w >> (4 * lp)) & 0xfu) | (((w >> (4 * (lp + 2))) & 0xfu) << 4);
 }
@@ -431,11 +448,11 @@ DEV u32 code_at(const u32* __restrict__ codes, i64 m, int k, int S) {
 // grid = (n, ceil(K / 256)), block = 256.
 template <int BITS>
 __global__ void embed_q(const int* __restrict__ ids, const u32* __restrict__ codes, const void* __restrict__ sb,
-                        int st_, int K, int NG, int G, float* __restrict__ out) {
+                        int st_, int K, int Sp, int NG, int G, float* __restrict__ out) {
   const int k = blockIdx.y * 256 + threadIdx.x;
   if (k >= K) return;
   const i64 m = ids[blockIdx.x];
-  const u32 q = code_at<BITS>(codes, m, k, K / 32);
+  const u32 q = code_at<BITS>(codes, m, k, Sp);
   float s, b;
   load_sb(sb, st_, ((m / 16) * NG + k / G) * 16 + (m % 16), s, b);
   out[(i64)blockIdx.x * K + k] = __fadd_rn(__fmul_rn((float)q, s), b);
@@ -450,13 +467,13 @@ extern "C" __global__ void embed_dense(const int* __restrict__ ids, const float*
 
 // Full dequantization (tests and the rare consumer that wants a float matrix).
 template <int BITS>
-__global__ void dequant(const u32* __restrict__ codes, const void* __restrict__ sb, int st_, int M, int K, int NG,
+__global__ void dequant(const u32* __restrict__ codes, const void* __restrict__ sb, int st_, int M, int K, int Sp, int NG,
                         int G, float* __restrict__ out) {
   const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= (i64)M * K) return;
   const i64 m = idx / K;
   const int k = (int)(idx % K);
-  const u32 q = code_at<BITS>(codes, m, k, K / 32);
+  const u32 q = code_at<BITS>(codes, m, k, Sp);
   float s, b;
   load_sb(sb, st_, ((m / 16) * NG + k / G) * 16 + (m % 16), s, b);
   out[idx] = __fadd_rn(__fmul_rn((float)q, s), b);

@@ -22,14 +22,20 @@ def _ptr(a):
 
 
 # --- gemv.cu --------------------------------------------------------------------------------
+def padded_subgroups(K: int) -> int:
+    """Sp: K's 32-input subgroups rounded up to whole qmv batches (gemv.cu)."""
+    return -(-(K // 32) // 16) * 16
+
+
 def repack(packed, bits: int, M: int, K: int, Mp: int):
-    """Canonical uint32 codes [M, K*bits/32] -> the tile layout of qmv (rows padded to Mp)."""
+    """Canonical uint32 codes [M, K*bits/32] -> the tile layout of qmv (rows padded to Mp, inputs
+    to padded_subgroups(K) x 32, zero codes in the padding)."""
     import cupy
-    S = K // 32
-    total = (Mp // 16) * ((S + 1) // 2 * 2 if bits == 4 else S) * 32 * (2 if bits == 4 else 4)
+    Sp = padded_subgroups(K)
+    total = (Mp // 16) * Sp * 32 * (2 if bits == 4 else 4)
     out = cupy.empty(total, cupy.uint32)
     f = function("gemv.cu", "repack4" if bits == 4 else "repack8")
-    f(((total + 255) // 256,), (256,), (packed, i32(M), i32(K), out, i64(total)))
+    f(((total + 255) // 256,), (256,), (packed, i32(M), i32(K), i32(Sp), out, i64(total)))
     return out
 
 
@@ -37,7 +43,8 @@ TM_ROWS = 64  # weights pad to a multiple of this many rows (whole 16-row tiles,
 QMV_BATCH = 512  # inputs a segment holds a whole number of
 QMV_BITS = (4, 8)  # code widths of qmv, embed_q and dequant
 QMV_GROUPS = (32, 64, 128)  # quantization group sizes qmv takes (whole 32-wide subgroups)
-QMV_TILES = (1, 2, 4)  # 8-row n-tiles per block, picked by row count in qmv()
+QMV_TILES = (0, 1, 2, 4)  # 8-row n-tiles per block (0: up to 4 rows packed), picked by row count in qmv()
+QMV_SCALES = (0, 1, 2)  # scale types: fp16, bf16, fp32 pairs
 QMV_INPUTS = (0, 1, 2)  # xm: x, silu(x) * x2, rmsnorm(x [+ x2]) * nw
 _counters = {}
 
@@ -69,8 +76,8 @@ def qmv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, ldx: int, 
     """y[:nrows, :M] = f(x) @ W^T for repacked W, with f by xm: 0 x; 1 silu(x) * x2;
     2 rmsnorm(x [+ x2]) * nw (h = x + x2 written to hout when given)."""
     import cupy
-    nt = 1 if nrows <= 8 else (2 if nrows <= 16 else 4)
-    R = 8 * nt
+    nt = 0 if nrows <= 4 else (1 if nrows <= 8 else (2 if nrows <= 16 else 4))  # 0: up to 4 rows packed
+    R = 8 * nt if nt else 4
     KS, P = qmv_split(M, K)
     Mp = -(-M // TM_ROWS) * TM_ROWS
     mblocks, slices = -(-M // 128), -(-nrows // R)
@@ -80,11 +87,11 @@ def qmv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, ldx: int, 
         counters = qmv_counters(slices * mblocks)
     else:
         part = sspart = counters = None
-    f = function("gemv.cu", "qmv<%d, %d, %d, %d>" % (bits, group // 32, nt, xm))
+    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d>" % (bits, group // 32, nt, xm, st))
     f((mblocks, P, slices), (256,),
       (codes, sb, i32(st), x, _ptr(x2), i64(ldx), i64(ldx2), _ptr(nw), f32(eps), _ptr(hout), i64(ldh), y,
-       i64(y.shape[1]), i32(nrows), i32(M), i32(Mp), i32(K), i32(K // group), i32(KS), _ptr(part), _ptr(sspart),
-       _ptr(counters)))
+       i64(y.shape[1]), i32(nrows), i32(M), i32(Mp), i32(K), i32(padded_subgroups(K)), i32(KS), _ptr(part),
+       _ptr(sspart), _ptr(counters)))
 
 
 def dense_gemv(W, M: int, K: int, x, x2, ldx: int, xm: int, y, nrows: int):
@@ -95,7 +102,9 @@ def dense_gemv(W, M: int, K: int, x, x2, ldx: int, xm: int, y, nrows: int):
 def embed_q(ids, codes, sb, st: int, bits: int, K: int, group: int, out):
     n = len(ids)
     f = function("gemv.cu", "embed_q<%d>" % bits)
-    f((n, (K + 255) // 256), (256,), (ids, codes, sb, i32(st), i32(K), i32(K // group), i32(group), out))
+    Sp = padded_subgroups(K)
+    f((n, (K + 255) // 256), (256,), (ids, codes, sb, i32(st), i32(K), i32(Sp), i32(Sp * 32 // group), i32(group),
+                                      out))
 
 
 def embed_dense(ids, table, K: int, out):
@@ -106,7 +115,9 @@ def embed_dense(ids, table, K: int, out):
 def dequant(codes, sb, st: int, bits: int, M: int, K: int, group: int, out):
     f = function("gemv.cu", "dequant<%d>" % bits)
     total = M * K
-    f(((total + 255) // 256,), (256,), (codes, sb, i32(st), i32(M), i32(K), i32(K // group), i32(group), out))
+    Sp = padded_subgroups(K)
+    f(((total + 255) // 256,), (256,), (codes, sb, i32(st), i32(M), i32(K), i32(Sp), i32(Sp * 32 // group),
+                                       i32(group), out))
 
 
 def fill_random_u32(out, seed: int):
@@ -198,8 +209,9 @@ def attn_prompt(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
 def variants() -> list[tuple[str, str]]:
     """Every (file, kernel name) the launchers above can ask `function` for, from their own tables."""
     gemv = ["repack4", "repack8", "dense_gemv", "embed_dense", "fill_random_u32"]
-    gemv += ["qmv<%d, %d, %d, %d>" % (bits, group // 32, nt, xm)
-             for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_TILES for xm in QMV_INPUTS]
+    gemv += ["qmv<%d, %d, %d, %d, %d>" % (bits, group // 32, nt, xm, st)
+             for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_TILES for xm in QMV_INPUTS
+             for st in QMV_SCALES]
     gemv += [f"{k}<{bits}>" for k in ("embed_q", "dequant") for bits in QMV_BITS]
     elementwise = ["rmsnorm_rows", "gate_rows", "heads_out", "argmax_rows"]
     attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode", "attn_prompt") for kv8 in (0, 1)]

@@ -47,7 +47,7 @@ class QWeight:
         self.Mp = -(-M // K.TM_ROWS) * K.TM_ROWS
         self.codes = K.repack(cupy.ascontiguousarray(cupy.asarray(w.packed, dtype=cupy.uint32)), w.bits, M, self.K,
                               self.Mp)
-        self.st, self.sb = _pack_scales(w.scales, w.biases, self.Mp)
+        self.st, self.sb = _pack_scales(w.scales, w.biases, self.Mp, K.padded_subgroups(self.K) * 32 // w.group)
 
     @staticmethod
     def supports(w: Affine) -> bool:
@@ -60,7 +60,8 @@ class QWeight:
         return out
 
 
-def _pack_scales(scales, biases, Mp: int):
+def _pack_scales(scales, biases, Mp: int, NGp: int):
+    """(scale type, pairs [Mp/16][NGp][16]): zero pairs past the real rows and groups."""
     name = np.dtype(scales.dtype).name
     if name not in SCALE_TYPES or np.dtype(biases.dtype).name != name:
         raise BackendError(f"affine scales of dtype {name} are not supported (fp16, bf16 or fp32)")
@@ -68,14 +69,14 @@ def _pack_scales(scales, biases, Mp: int):
     M, NG = scales.shape
     if st == 2:
         pair = cupy.stack([cupy.asarray(scales, dtype=cupy.float32), cupy.asarray(biases, dtype=cupy.float32)], -1)
-        out = cupy.zeros((Mp, NG, 2), cupy.float32)
-        out[:M] = pair
-        out = out.reshape(Mp // 16, 16, NG, 2).transpose(0, 2, 1, 3)
+        out = cupy.zeros((Mp, NGp, 2), cupy.float32)
+        out[:M, :NG] = pair
+        out = out.reshape(Mp // 16, 16, NGp, 2).transpose(0, 2, 1, 3)
     else:
         pair = raw16(scales).astype(cupy.uint32) | (raw16(biases).astype(cupy.uint32) << 16)
-        out = cupy.zeros((Mp, NG), cupy.uint32)
-        out[:M] = pair
-        out = out.reshape(Mp // 16, 16, NG).transpose(0, 2, 1)
+        out = cupy.zeros((Mp, NGp), cupy.uint32)
+        out[:M, :NG] = pair
+        out = out.reshape(Mp // 16, 16, NGp).transpose(0, 2, 1)
     return st, cupy.ascontiguousarray(out)
 
 
