@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .bench_profile import format_profile, profile_step
 from .errors import PlanError
 from .settings import EngineSettings, SamplingParams
 
@@ -104,6 +105,10 @@ def decode_cell_name(streams: int, greedy: bool) -> str:
     return f"{streams} stream{'s' if streams > 1 else ''}, {'greedy' if greedy else 'T 1.0'}"
 
 
+def history_cell_name(n: int) -> str:
+    return f"1 stream after {n:,}, greedy"
+
+
 # --- measuring --------------------------------------------------------------------------------------
 def copy_bandwidth(backend) -> float:
     """Bytes read + written per second by a large device-to-device copy (median of 10)."""
@@ -186,6 +191,7 @@ class Bench:
     settings: EngineSettings
     steps: list = field(default_factory=list)  # (rows, seconds, bytes) of every decode step
     rid: int = 0
+    t_end: float = 0.0  # perf_counter when the last run ended
 
     def run(self, sched, prompts, params: SamplingParams, messages: bool = False) -> tuple[float, list]:
         from .engine import run_to_end
@@ -201,7 +207,8 @@ class Bench:
         t = time.perf_counter()
         run_to_end(sched, seqs)
         b.synchronize()
-        return time.perf_counter() - t, seqs
+        self.t_end = time.perf_counter()
+        return self.t_end - t, seqs
 
     def timed_decode(self, sched) -> None:
         """Observe the scheduler's decode steps: wall time of each and the bytes it must read."""
@@ -212,6 +219,24 @@ class Bench:
             self.steps.append((rows, step.seconds, step_weight_bytes(model, rows)
                                + step_kv_bytes(cfg, dtype, step.positions)))
         sched.step_observer = observe
+
+
+def history_cell(bench: Bench, sched, prompt: list[int], tokens: int, name: str, bw: float) -> Cell:
+    """Decode of one stream after a long prompt: tokens after the first over the time since it."""
+    bench.steps.clear()
+    greedy = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
+    _, seqs = bench.run(sched, [prompt], greedy)
+    return step_stats(Cell(name, tok_s=(seqs[0].generated - 1) / (bench.t_end - seqs[0].t_first)), bench, 1, bw)
+
+
+def step_stats(cell: Cell, bench: Bench, rows: int, bw: float) -> Cell:
+    """The cell's median step time, bytes per step and roofline, from its decode steps of `rows` rows."""
+    full = [(t, by) for r, t, by in bench.steps if r == rows]
+    if full:
+        cell.step_ms = 1e3 * statistics.median(t for t, _ in full)
+        cell.bytes_per_step = sum(by for _, by in full) / len(full)
+        cell.roofline = sum(by for _, by in full) / sum(t for t, _ in full) / bw
+    return cell
 
 
 def build_runner(a, s: EngineSettings, log):
@@ -281,16 +306,18 @@ def main(a) -> int:
             bench.run(sched, msgs, replace(params, max_tokens=3), messages=True)  # capture this batch's graph
             bench.steps.clear()
             dt, seqs = bench.run(sched, msgs, params, messages=True)
-            full = [(t, by) for r, t, by in bench.steps if r == S]
-            tokens = sum(q.generated for q in seqs)
-            cell = Cell(name, tok_s=tokens / dt)
-            if full:
-                cell.step_ms = 1e3 * statistics.median(t for t, _ in full)
-                cell.bytes_per_step = sum(by for _, by in full) / len(full)
-                cell.roofline = sum(by for _, by in full) / sum(t for t, _ in full) / bw
-            cells.append(cell)
-            log(f"bench: {name}: {tokens} tokens in {dt:.2f} s")
+            cells.append(step_stats(Cell(name, tok_s=sum(q.generated for q in seqs) / dt), bench, S, bw))
+            log(f"bench: {name}: {sum(q.generated for q in seqs)} tokens in {dt:.2f} s")
+    for n in getattr(a, "history", []):
+        name = history_cell_name(n)
+        if n + a.decode_tokens + 2 > s.context:
+            cells.append(Cell(name, note=f"skipped: beyond --context {s.context}"))
+            continue
+        cells.append(history_cell(bench, sched, rng.integers(16, hi, n).tolist(), a.decode_tokens, name, bw))
+        log(f"bench: {name}: {cells[-1].tok_s:.1f} tok/s")
     print(format_table(cells))
+    if getattr(a, "profile", False):
+        print(format_profile(profile_step(runner, sched), b.name))
     if b.name == "cupy":
         g = b.graph_stats()
         print(f"decode graphs replayed: {g.captured} batch sizes captured, {len(g.failed)} failed, "

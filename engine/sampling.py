@@ -25,7 +25,8 @@ def uniform(seed: int, position: int) -> float:
 
 
 def sample(logits: np.ndarray, params: SamplingParams, position: int) -> int:
-    """Choose the token at absolute `position` from one row of float32 logits."""
+    """Choose the token at absolute `position` from one row of float32 logits. The weights stay
+    unnormalised and are summed in order, as the GPU sampler (kernels/sampling.cu) sums them."""
     logits = np.asarray(logits, dtype=np.float64).ravel()
     if params.greedy:
         return int(np.argmax(logits))
@@ -33,11 +34,8 @@ def sample(logits: np.ndarray, params: SamplingParams, position: int) -> int:
     if params.top_k:
         order = order[: params.top_k]
     z = logits[order] / params.temperature
-    p = np.exp(z - z[0])
-    p /= p.sum()
+    cdf = np.cumsum(np.exp(z - z[0]))
     if params.top_p < 1.0:
-        keep = int(np.searchsorted(np.cumsum(p), params.top_p) + 1)
-        order, p = order[:keep], p[:keep] / p[:keep].sum()
-    cdf = np.cumsum(p)
+        cdf = cdf[: int(np.searchsorted(cdf, params.top_p * cdf[-1]) + 1)]
     i = int(np.searchsorted(cdf, uniform(params.seed, position) * cdf[-1], side="right"))
-    return int(order[min(i, len(order) - 1)])
+    return int(order[min(i, len(cdf) - 1)])

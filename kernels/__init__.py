@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 _INCLUDE = re.compile(r'^[ \t]*#include[ \t]+"([^"]+)"[ \t]*$', re.M)
@@ -52,23 +55,79 @@ def _module(file: str, expr: str | None):
     return cupy.RawModule(code=source(file), options=OPTIONS + file_options(file), **kw)
 
 
-class _Checked:
-    """A kernel that synchronises after each launch and names itself in the error (debug mode:
-    LANECHAT_KERNEL_SYNC=1), except while its stream is being captured into a graph."""
+class KernelTimes:
+    """Every kernel launched while it is active (`with timing() as t:`), bracketed by CUDA events on
+    the launching stream; `rows(a, b)` gives launches a..b as (name, grid, microseconds)."""
 
-    def __init__(self, kernel, name: str):
-        self.kernel, self.name = kernel, name
+    def __init__(self) -> None:
+        self.launches: list[tuple[str, tuple, object, object]] = []
+
+    def mark(self) -> int:
+        return len(self.launches)
+
+    def backlog(self, ms: float = 100.0) -> None:
+        """Keep the device busy for `ms` first, so the launches after it queue up and each event pair
+        times its kernel alone, not the host's time to launch it."""
+        function("timing.cu", "spin").kernel((1,), (1,), (np.int64(ms * 1e6),))  # not one of the timed
+
+    def rows(self, start: int = 0, end: int | None = None) -> list[tuple[str, tuple, float]]:
+        import cupy
+        picked = self.launches[start:end]
+        if picked:
+            picked[-1][3].synchronize()
+        return [(name, grid, 1e3 * cupy.cuda.get_elapsed_time(e0, e1)) for name, grid, e0, e1 in picked]
+
+
+_timer: KernelTimes | None = None
+
+
+@contextmanager
+def timing():
+    """Time every launch inside the block (not graph replays: graphs launch no kernels one by one)."""
+    global _timer
+    outer, _timer = _timer, KernelTimes()
+    try:
+        yield _timer
+    finally:
+        _timer = outer
+
+
+class _Kernel:
+    """One compiled kernel. Under `timing()` each launch is bracketed by events; with
+    LANECHAT_KERNEL_SYNC=1 (debug) it synchronises after each launch and names itself in the error;
+    neither while its stream is being captured into a graph."""
+
+    def __init__(self, kernel, name: str, checked: bool):
+        self.kernel, self.name, self.checked = kernel, name, checked
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        return self.kernel.max_dynamic_shared_size_bytes
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, n: int) -> None:
+        self.kernel.max_dynamic_shared_size_bytes = n
 
     def __call__(self, grid, block, args, **kw):
+        if _timer is None and not self.checked:
+            return self.kernel(grid, block, args, **kw)
         import cupy
-        self.kernel(grid, block, args, **kw)
         s = cupy.cuda.get_current_stream()
         if s.ptr and s.is_capturing():
-            return
-        try:
-            s.synchronize()
-        except Exception as e:
-            raise RuntimeError(f"kernel {self.name} grid={grid} block={block}: {e}") from e
+            return self.kernel(grid, block, args, **kw)
+        timer = _timer
+        if timer is not None:
+            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+            e0.record(s)
+        self.kernel(grid, block, args, **kw)
+        if timer is not None:
+            e1.record(s)
+            timer.launches.append((self.name, tuple(grid), e0, e1))
+        if self.checked:
+            try:
+                s.synchronize()
+            except Exception as e:
+                raise RuntimeError(f"kernel {self.name} grid={grid} block={block}: {e}") from e
 
 
 @lru_cache(maxsize=None)
@@ -76,7 +135,7 @@ def function(file: str, name: str):
     """One compiled kernel of `file` (compiled on first use, then cached in memory and on disk)."""
     templ = "<" in name
     kernel = _module(file, name if templ else None).get_function(name)
-    return _Checked(kernel, name) if os.environ.get("LANECHAT_KERNEL_SYNC") == "1" else kernel
+    return _Kernel(kernel, name, os.environ.get("LANECHAT_KERNEL_SYNC") == "1")
 
 
 def sources() -> list[str]:

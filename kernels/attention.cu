@@ -52,11 +52,13 @@ __global__ void __launch_bounds__(64) kv_write(const float* __restrict__ k, i64 
 }
 
 // Decode attention of n rows, each over its own lane's keys 0..positions[row].
-// grid = (nch, KH, n), block = 128. A block takes one CHUNK-key chunk of one row for the G query
-// heads of one kv head: K and V of the chunk come into shared memory by cp.async (all in flight at
-// once), then scores, softmax and the weighted values run from shared memory. With kn given, the
-// block whose chunk holds the row's own position first writes that position's K/V (norm + RoPE +
-// encoding, as kv_write) to the cache and into its tile, so no separate write kernel runs.
+// grid = (KH, n, nch), block = 128: chunk-major, so a short context's live chunks dispatch before the
+// empty ones (the grid is sized for the longest context a captured graph may see). A block takes one
+// CHUNK-key chunk of one row for the G query heads of one kv head: K and V of the chunk come into
+// shared memory by cp.async (all in flight at once), then scores, softmax and the weighted values
+// run from shared memory. With kn given, the block whose chunk holds the row's own position first
+// writes that position's K/V (norm + RoPE + encoding, as kv_write) to the cache and into its tile,
+// so no separate write kernel runs.
 // Partials (max, sum, unnormalised out) merge in a fixed tree by absolute position: chunks in
 // groups of GROUP in chunk order by the last of the group to finish, then the groups in order by
 // the last group to finish. Dynamic shared memory: decode_smem() in launch.py.
@@ -154,7 +156,7 @@ __global__ void __launch_bounds__(128) attn_decode(const float* __restrict__ q, 
   __shared__ float m_s[16], l_s[16];
   __shared__ i64 slot_s[CHUNK];
   __shared__ int flag_s;
-  const int c = blockIdx.x, kh = blockIdx.y, row = blockIdx.z;
+  const int kh = blockIdx.x, row = blockIdx.y, c = blockIdx.z;  // chunk-major: live chunks dispatch first
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int H = KH * G;
   const int pos = positions[row];

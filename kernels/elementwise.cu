@@ -1,4 +1,4 @@
-// Norms, activations, head materialisation and argmax. One block per row where a row reduces.
+// Norms, activations and head materialisation. One block per row where a row reduces.
 #include "common.cuh"
 
 // Sum over a block of 256 threads in a fixed order: lane butterflies, then warps 0..7 in order.
@@ -59,30 +59,4 @@ extern "C" __global__ void heads_out(const float* __restrict__ x, i64 s0, i64 s1
   const int row = blockIdx.x, head = blockIdx.y, heads = gridDim.y, lane = threadIdx.x;
   load_head(buf, x, (i64)row * s0 + (i64)head * s1, D, nw, eps, pos, row, inv, half, lane);
   for (int d = lane; d < D; d += 32) out[((i64)row * heads + head) * D + d] = buf[d];
-}
-
-// Index of the largest value of each row; ties go to the lowest index (numpy's argmax).
-// grid = rows, block = 1024.
-extern "C" __global__ void __launch_bounds__(1024) argmax_rows(const float* __restrict__ x, i64 ldx, int V,
-                                                               int* __restrict__ out) {
-  __shared__ float bv_s[32];
-  __shared__ int bi_s[32];
-  const float* xr = x + (i64)blockIdx.x * ldx;
-  float bv = -__int_as_float(0x7f800000);
-  int bi = 0x7fffffff;
-  for (int i = threadIdx.x; i < V; i += 1024) {
-    const float v = xr[i];
-    if (argmax_beats(v, i, bv, bi)) { bv = v; bi = i; }
-  }
-  warp_argmax(bv, bi);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) { bv_s[warp] = bv; bi_s[warp] = bi; }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float v = bv_s[0];
-    int b = bi_s[0];
-    for (int w = 1; w < 32; ++w)
-      if (argmax_beats(bv_s[w], bi_s[w], v, b)) { v = bv_s[w]; b = bi_s[w]; }
-    out[blockIdx.x] = b == 0x7fffffff ? 0 : b;
-  }
 }

@@ -142,9 +142,14 @@ def heads_out(x, s0: int, s1: int, D: int, nw, eps: float, pos, inv, half: int, 
     f((rows, heads), (32,), (x, i64(s0), i64(s1), i32(D), _ptr(nw), f32(eps), _ptr(pos), _ptr(inv), i32(half), out))
 
 
-def argmax(x, ldx: int, V: int, out, rows: int):
-    f = function("elementwise.cu", "argmax_rows")
-    f((rows,), (1024,), (x, i64(ldx), i32(V), out))
+SAMPLE_MAX_K = 1024  # the largest top-k the device sampler takes (sampling.cu's cdf array)
+
+
+def sample(x, ldx: int, V: int, mode, par, out, rows: int):
+    """out[r] = the token of row r: mode -1 argmax, else top-k = mode with par (T, top_p, u); -1 where
+    the row's threshold ties exceed the kernel's candidate room."""
+    f = function("sampling.cu", "sample_rows")
+    f((rows,), (1024,), (x, i64(ldx), i32(V), mode, par, out))
 
 
 # --- attention.cu --------------------------------------------------------------------------------
@@ -181,7 +186,7 @@ def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
     smem = decode_smem(kv8, G, D)
     if smem > 48 * 1024 and f.max_dynamic_shared_size_bytes < smem:
         f.max_dynamic_shared_size_bytes = smem
-    f((nch, KH, rows), (128,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(inv), i32(half), _ptr(kn), i64(ks0),
+    f((KH, rows, nch), (128,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(inv), i32(half), _ptr(kn), i64(ks0),
                                i64(ks1), _ptr(knw), f32(keps), _ptr(vn), i64(vs0), i64(vs1), positions, tables,
                                i32(tables.shape[1]), i32(pt), kc, vc, _ptr(ksc), _ptr(vsc), i32(KH), i32(G), i32(D),
                                f32(scale), _ptr(part), _ptr(gpart), i32(nch), counters, out), shared_mem=smem)
@@ -213,7 +218,7 @@ def variants() -> list[tuple[str, str]]:
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_TILES for xm in QMV_INPUTS
              for st in QMV_SCALES]
     gemv += [f"{k}<{bits}>" for k in ("embed_q", "dequant") for bits in QMV_BITS]
-    elementwise = ["rmsnorm_rows", "gate_rows", "heads_out", "argmax_rows"]
+    elementwise = ["rmsnorm_rows", "gate_rows", "heads_out"]
     attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode", "attn_prompt") for kv8 in (0, 1)]
     return ([("gemv.cu", n) for n in dict.fromkeys(gemv)] + [("elementwise.cu", n) for n in elementwise]
-            + [("attention.cu", n) for n in attention])
+            + [("attention.cu", n) for n in attention] + [("sampling.cu", "sample_rows"), ("timing.cu", "spin")])

@@ -47,20 +47,36 @@ def test_table_format():
 def test_bench_runs_on_the_cpu(capsys):
     a = argparse.Namespace(model=None, synthetic="tiny-llama", backend="numpy", parallel=2, context=512,
                            kv_dtype="fp8", kv_pages=16, kv_pages_all=True, memory_gib=None, prefill_chunk=64,
-                           prompt_lengths=[48, 100, 600], streams=[1, 2, 4], decode_tokens=5)
+                           prompt_lengths=[48, 100, 600], streams=[1, 2, 4], decode_tokens=5, history=[200, 600],
+                           profile=True)
     assert bench.main(a) == 0
     out = capsys.readouterr().out
     assert "plan: the engine's own and 1 more on" in out
-    table = out[out.index("cell\t"):].splitlines()
+    table = out[out.index("cell\t"):out.index("profile:")].splitlines()
     names = [line.split("\t")[0] for line in table[1:]]
     assert names == ["prefill 48 (tok/s)", "prefill 100 (tok/s)", "prefill 600 (tok/s)", "1 stream, greedy",
                      "1 stream, T 1.0", "2 streams, greedy", "2 streams, T 1.0", "4 streams, greedy",
-                     "4 streams, T 1.0"]
+                     "4 streams, T 1.0", "1 stream after 200, greedy", "1 stream after 600, greedy"]
     rows = {line.split("\t")[0]: line.split("\t") for line in table[1:]}
     assert float(rows["prefill 48 (tok/s)"][1].replace(",", "")) > 0
     assert "beyond --context" in rows["prefill 600 (tok/s)"][-1]
     assert rows["2 streams, greedy"][4].endswith("%") and float(rows["2 streams, greedy"][4][:-2]) > 0
     assert "more than --parallel" in rows["4 streams, greedy"][-1]
+    after = rows["1 stream after 200, greedy"]
+    assert float(after[1].replace(",", "")) > 0 and float(after[2]) > 0
+    assert "beyond --context" in rows["1 stream after 600, greedy"][-1]
+    assert "profile: the numpy backend launches no kernels" in out
+
+
+def test_profile_groups_launches_by_kernel_and_grid_largest_first():
+    from engine.bench_profile import format_profile
+    launches = [("qmv<4, 2, 0, 2, 1>", (32, 1, 1), 10.0), ("rmsnorm_rows", (1,), 2.0),
+                ("qmv<4, 2, 0, 2, 1>", (32, 1, 1), 14.0), ("qmv<4, 2, 0, 0, 1>", (8, 4, 1), 4.0)]
+    lines = format_profile(launches, "cupy").splitlines()
+    assert lines[0].endswith("4 launches, 30.0 µs of kernels")
+    assert lines[2] == "qmv<4, 2, 0, 2, 1>\t32x1x1\t2\t12.0\t24.0\t80.0 %"
+    assert lines[3].startswith("qmv<4, 2, 0, 0, 1>\t8x4x1\t1\t4.0\t4.0\t")
+    assert lines[4].startswith("rmsnorm_rows\t1\t1\t2.0")
 
 
 def test_cli_wiring(capsys):

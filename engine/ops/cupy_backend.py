@@ -32,7 +32,7 @@ from ..errors import BackendError
 from ..kv.cache import Cache
 from ..memory import gpu_free_bytes, is_unified
 from ..rows import Rows
-from ..sampling import sample
+from ..sampling import sample, uniform
 from ..settings import EngineSettings, SamplingParams
 from ..weights import Tensor
 from .base import GraphStats, Kind
@@ -349,45 +349,27 @@ class CupyBackend(Qwen35Ops):
         return out
 
     # --- heads ---------------------------------------------------------------------------------------
-    def argmax(self, logits):
-        self._use()
-        x = self._rows2d(logits)
-        n, V = x.shape
-        out = cupy.empty(n, cupy.int32)
-        if n:
-            K.argmax(x, x.strides[0] // 4, V, out, n)
-        return out
-
     def choose(self, logits, params: list[SamplingParams], positions: list[int]) -> list[int]:
-        """Tokens for rows of logits: greedy by the argmax kernel; sampled rows by
-        `engine.sampling.sample` on the host, given only the candidates that can matter (with
-        top_k, every logit >= the k-th largest, in index order: the same choice as the full row)."""
+        """Tokens for rows of logits, chosen on the device (kernels/sampling.cu: argmax, or top-k
+        sampling keyed by uniform(seed, position)) with one copy back; a row the kernel cannot take
+        (no top-k, k beyond its room, or too many ties at the threshold) by `sample` on the host."""
         self._use()
         logits = self._rows2d(logits)
-        out = [0] * len(params)
-        greedy = [i for i, p in enumerate(params) if p.greedy]
-        if greedy:
-            am = self.to_host(self.argmax(logits))
-            for i in greedy:
-                out[i] = int(am[i])
-        V = logits.shape[1]
-        topk = [i for i, p in enumerate(params) if not p.greedy and 0 < p.top_k < V]
-        if topk:
-            sub = logits[cupy.asarray(np.array(topk, np.int64))]
-            srt = cupy.sort(sub, axis=1)
-            kth = srt[cupy.arange(len(topk)), cupy.asarray(np.array([V - params[i].top_k for i in topk]))]
-            mask = sub >= kth[:, None]
-            rr, cc = cupy.nonzero(mask)
-            vals = sub[rr, cc]
-            rr, cc, vals = self.to_host(rr), self.to_host(cc), self.to_host(vals)
-            for j, i in enumerate(topk):
-                sel = rr == j
-                idx, v = cc[sel], vals[sel]
-                out[i] = int(idx[sample(v, params[i], positions[i])])
+        n, V = logits.shape
+        if not n:
+            return []
+        kmax = min(K.SAMPLE_MAX_K, V - 1)
+        mode = np.array([-1 if p.greedy else (p.top_k if 0 < p.top_k <= kmax else 0) for p in params], np.int32)
+        par = np.array([(p.temperature, p.top_p, uniform(p.seed, pos)) for p, pos in zip(params, positions)],
+                       np.float64)
+        out = cupy.empty(n, cupy.int32)
+        dmode = cupy.asarray(np.where(mode == 0, -1, mode))  # host rows run the cheap greedy path
+        K.sample(logits, logits.strides[0] // 4, V, dmode, cupy.asarray(par), out, n)
+        toks = self.to_host(out).tolist()
         for i, p in enumerate(params):
-            if not p.greedy and not (0 < p.top_k < V):
-                out[i] = sample(self.to_host(logits[i]), p, positions[i])
-        return out
+            if mode[i] == 0 or toks[i] < 0:
+                toks[i] = sample(self.to_host(logits[i]), p, positions[i])
+        return toks
 
     # --- CUDA-graph decode -------------------------------------------------------------------------
     def decode_step(self, model: Any, rows: Rows, cache: Cache):
