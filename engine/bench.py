@@ -314,7 +314,9 @@ def main(a) -> int:
             cells.append(Cell(name, note=f"skipped: beyond --context {s.context}"))
             continue
         cells.append(history_cell(bench, sched, rng.integers(16, hi, n).tolist(), a.decode_tokens, name, bw))
-        log(f"bench: {name}: {cells[-1].tok_s:.1f} tok/s")
+        steps = [t for r, t, _ in bench.steps if r == 1]
+        log(f"bench: {name}: {cells[-1].tok_s:.1f} tok/s; {len(steps)} decode steps took {sum(steps):.3f} s "
+            f"(longest {1e3 * max(steps, default=0):.1f} ms)")
     print(format_table(cells))
     if getattr(a, "profile", False):
         print(format_profile(profile_step(runner, sched), b.name))

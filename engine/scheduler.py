@@ -164,9 +164,10 @@ class Scheduler:
             return
         if seq.computed == seq.target:
             seq.prompt_done = True
-            seq.t_first = time.perf_counter()
-            if not seq.generated:
-                self._append(seq, self._choose(logits, [seq])[0])
+            tok = None if seq.generated else self._choose(logits, [seq])[0]
+            seq.t_first = time.perf_counter()  # after the choice: the device has finished the prompt
+            if tok is not None:
+                self._append(seq, tok)
 
     def _decode(self, seqs: list[Sequence]) -> None:
         rows = self._rows(seqs, False)

@@ -11,6 +11,7 @@
 // [n, k], weights [n, k]. grid = n, block = 32. k <= 32, E <= 1024.
 extern "C" __global__ void moe_route(const float* __restrict__ logits, i64 ld, int E, int k,
                                      int* __restrict__ experts, float* __restrict__ weights) {
+  __shared__ float p_s[1024];  // the probabilities, computed once for the k selection rounds
   const i64 row = blockIdx.x;
   const int lane = threadIdx.x;
   const float* x = logits + row * ld;
@@ -18,8 +19,12 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, i64 ld, i
   for (int e = lane; e < E; e += 32) mx = fmaxf(mx, x[e]);
   mx = warp_max(mx);
   float sum = 0.0f;
-  for (int e = lane; e < E; e += 32) sum = __fadd_rn(sum, expf(__fsub_rn(x[e], mx)));
+  for (int e = lane; e < E; e += 32) {
+    p_s[e] = expf(__fsub_rn(x[e], mx));
+    sum = __fadd_rn(sum, p_s[e]);
+  }
   sum = warp_sum(sum);
+  for (int e = lane; e < E; e += 32) p_s[e] = __fdiv_rn(p_s[e], sum);
   int mine = -1;       // lane j keeps the j-th choice
   float mine_p = 0.0f;
   u32 taken = 0u;      // bit m: this lane's expert lane + 32·m is chosen already
@@ -27,7 +32,7 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, i64 ld, i
     float bv = -1.0f;
     int bi = 0x7fffffff;
     for (int e = lane, bit = 0; e < E; e += 32, ++bit) {
-      const float p = __fdiv_rn(expf(__fsub_rn(x[e], mx)), sum);
+      const float p = p_s[e];
       if (!((taken >> bit) & 1u) && argmax_beats(p, e, bv, bi)) { bv = p; bi = e; }
     }
     warp_argmax(bv, bi);
