@@ -57,7 +57,8 @@ def config_for(name: str) -> tuple[ModelConfig, int]:
 
 
 class ByteTokenizer:
-    """UTF-8 bytes as token ids 16..271, specials below: enough to drive a random model."""
+    """UTF-8 bytes as token ids 16..271, specials below, and every id above reads as one letter (so
+    a random model of a real vocabulary still writes text): enough to drive a random model."""
 
     def __init__(self, vocab: int):
         self.bos_id, self.eos_ids, self.vocab_size = 1, {2}, vocab
@@ -67,7 +68,8 @@ class ByteTokenizer:
         return [16 + b for b in clean_text(text).encode()]
 
     def decode(self, ids: list[int]) -> str:
-        return bytes(i - 16 for i in ids if 16 <= i < 272).decode(errors="replace")
+        stream = self.stream()
+        return "".join(stream.push(i) for i in ids) + stream.flush()
 
     def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
@@ -91,7 +93,11 @@ class _ByteStream:
         self.dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def push(self, token: int) -> str:
-        return self.dec.decode(bytes([token - 16])) if 16 <= token < 272 else ""
+        if token < 16:
+            return ""
+        if token < 272:
+            return self.dec.decode(bytes([token - 16]))
+        return self.dec.decode(b"", final=True) + chr(97 + (token - 272) % 26)
 
     def flush(self) -> str:
         return self.dec.decode(b"", final=True)
