@@ -143,7 +143,7 @@ def measure_open(app, messages: int, repeats: int) -> tuple[list[float], list[fl
         window.setCentralWidget(tab)
         app.processEvents()  # laid out and painted
         first.append((time.process_time() - c0) * 1000)
-        while tab.view._more.isActive():  # older messages built while the column is not yet full
+        while tab.view.filling:  # older messages built while the column is not yet full
             app.processEvents()
         filled.append((time.process_time() - c0) * 1000)
         window.close()

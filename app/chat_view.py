@@ -98,6 +98,11 @@ class ChatView(QScrollArea):
         i = index - self.first
         return self.widgets[i] if 0 <= i < len(self.widgets) else None
 
+    @property
+    def filling(self) -> bool:
+        """Older messages are still being built to fill the column."""
+        return self._more.isActive()
+
     def scroll_to_end(self) -> None:
         self._stick = True
         self._follow()

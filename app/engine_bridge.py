@@ -132,15 +132,10 @@ class EngineBridge(QObject):
         generation = self._generation
         self.settings, self.error, self.state = settings, None, "starting"
         self.state_changed.emit()
-        latest: list[tuple[str, float]] = []  # written by the loading thread, read here
-
-        def report() -> None:
-            if latest:
-                self.progress.emit(*latest[-1])
-                latest.clear()
+        report, poll = newest_only(self.progress.emit)
         try:
             engine = self._factory(settings)
-            await in_thread(engine.start, lambda what, frac: latest.append((what, frac)), poll=report)
+            await in_thread(engine.start, report, poll=poll)
         except Exception as e:  # noqa: BLE001 - any load failure must leave the app usable
             if generation != self._generation:  # abandoned by stop(): nobody waits for this load
                 return
@@ -221,7 +216,7 @@ class EngineBridge(QObject):
             return
         # Safe although the engine may already be running it: its events are only read by
         # _drain, which runs on this thread after we return.
-        ticket.key = (self._generation, rid)
+        ticket.key, ticket.phase = (self._generation, rid), SENT
         self._tickets[ticket.key] = ticket
 
     def cancel(self, ticket: Ticket) -> None:
@@ -335,6 +330,22 @@ def deliver(method: Callable[..., None], *args: object) -> None:
         method(*args)
     except Exception:  # noqa: BLE001
         log.exception("request sink %s failed", method)
+
+
+def newest_only(emit: Callable[..., None]) -> tuple[Callable[..., None], Callable[[], None]]:
+    """A progress callback for a worker thread that keeps only its newest report, and the poll
+    that hands that report to `emit` on the GUI thread (plain data crosses, never a signal)."""
+    reports: list[tuple] = []
+
+    def report(*args: object) -> None:
+        reports.append(args)
+
+    def poll() -> None:
+        n = len(reports)  # what arrives while this runs waits for the next poll
+        if n:
+            emit(*reports[n - 1])
+            del reports[:n]
+    return report, poll
 
 
 async def in_thread(fn: Callable[..., object], *args: object, poll: Callable[[], None] = lambda: None) -> object:

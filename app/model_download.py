@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QW
 from engine import LanechatError, default_model_download_size, default_model_path, fetch_default
 
 from . import theme
-from .engine_bridge import in_thread
+from .engine_bridge import in_thread, newest_only
 
 _MB = 1_000_000  # as pip and PyPI count
 
@@ -48,15 +48,9 @@ class DefaultModelDownload(QObject):
             asyncio.ensure_future(self._download())
 
     async def _download(self) -> None:
-        latest: list[tuple[int, int]] = []  # written by the download thread, read here
-
-        def report() -> None:
-            if latest:
-                self.progress.emit(*latest[-1])
-                latest.clear()
+        report, poll = newest_only(self.progress.emit)
         try:
-            await in_thread(fetch_default, lambda _line: None, lambda done, total: latest.append((done, total)),
-                            poll=report)
+            await in_thread(fetch_default, lambda _line: None, report, poll=poll)
         except LanechatError as e:
             self.running = False
             self.failed.emit(str(e))
@@ -81,6 +75,7 @@ class DownloadButton(QWidget):
         row.addWidget(self.button)
         row.addWidget(self.bar)
         row.addWidget(self.label, 1)
+        row.addStretch()  # the button keeps its own width while the label is hidden
         self.button.clicked.connect(self.job.start)
         self.button.clicked.connect(lambda: self._progress(0, 0))
         self.job.progress.connect(self._progress)

@@ -59,8 +59,9 @@ class NoticeBar(QWidget):
     def notices(self) -> list[Notice]:
         return [w for w in self.findChildren(Notice) if not w.isHidden()]
 
-    def dismiss(self, prefix: str) -> None:
-        """Drop notices that start with `prefix` (a newer state replaces them)."""
-        for n in self.notices():
-            if n.text.startswith(prefix):
-                n.dismiss()
+    def dismiss(self, prefix: str) -> int:
+        """Drop notices that start with `prefix` (a newer state replaces them); how many went."""
+        gone = [n for n in self.notices() if n.text.startswith(prefix)]
+        for n in gone:
+            n.dismiss()
+        return len(gone)

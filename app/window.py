@@ -264,7 +264,7 @@ class MainWindow(QMainWindow):
                     self.new_tab(by_id[cid])
             if self.tabs.count() == 0:
                 self.new_tab()
-            self.tabs.setCurrentIndex(min(max(session.active, 0), self.tabs.count() - 1))
+            self.tabs.setCurrentIndex(self._restored_index(session, by_id))
         finally:
             self._restoring = False
         self.history.set_conversations(convs, {t.conversation.id for t in self.tabs.tabs()})
@@ -277,6 +277,13 @@ class MainWindow(QMainWindow):
         for text in notices + bad + ([self._connections_notice] if self._connections_notice else []):
             self.notices.add(text, error=True)
         self._apply_server()
+
+    def _restored_index(self, session: Session, by_id: dict[str, Conversation]) -> int:
+        """The tab that was active; tabs with no file (blank ones) are not reopened, so count
+        the reopened tabs up to it rather than trusting the saved index."""
+        active = min(max(session.active, 0), max(len(session.open_tabs) - 1, 0))
+        before = sum(1 for cid in session.open_tabs[:active + 1] if cid in by_id)
+        return min(max(before - 1, 0), self.tabs.count() - 1)
 
     def _first_geometry(self) -> None:
         """A comfortable size that fits the screen, centred: the first run has no saved geometry."""
@@ -392,8 +399,8 @@ class MainWindow(QMainWindow):
                 self.notices.add(f"{_LOAD_FAILED}: {self.bridge.error}", error=True,
                                  action=("Open Settings…", self.open_settings))
         elif self.bridge.state in ("starting", "ready"):
-            self.notices.dismiss(_LOAD_FAILED)
-            self.notices.dismiss(_NO_MODEL)
+            if self.notices.dismiss(_LOAD_FAILED) + self.notices.dismiss(_NO_MODEL):
+                self._on_tab(lambda tab: tab.setFocus())  # not whatever follows the notice's buttons
 
     def _default_downloaded(self) -> None:
         if self.settings.model is None and self.bridge.state != "starting":

@@ -4,8 +4,8 @@ import json
 import shutil
 
 import pytest
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit
+from modal import answer_file_dialog
+from PySide6.QtCore import Qt
 
 from app.plan_words import plan_sentence
 from app.settings_dialog import SettingsDialog
@@ -40,18 +40,6 @@ def refreshed(qtbot, d):
 def click(qtbot, button):
     assert button.isVisible() and button.isEnabled(), button.text()
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
-
-
-def answer_file_dialog(path: str) -> None:
-    """Once the (modal) file dialog is up, choose `path` in it as a user would."""
-    def answer():
-        dlg = QApplication.activeModalWidget()
-        if not isinstance(dlg, QFileDialog):
-            QTimer.singleShot(50, answer)
-            return
-        dlg.findChild(QLineEdit, "fileNameEdit").setText(path)  # typed into the name box
-        dlg.accept()
-    QTimer.singleShot(50, answer)
 
 
 def test_round_trips_settings_and_shows_the_plan(dialog, app_model):

@@ -547,8 +547,7 @@ def test_menu_shortcuts_read_as_keys_and_work(qtbot, launch):
 
 
 def test_export_suggests_a_clean_name_in_the_documents_folder(qtbot, launch, tmp_path):
-    from PySide6.QtCore import QTimer
-    from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit
+    from modal import answer_file_dialog
 
     from app.conversation import Conversation
     from app.window import export_path
@@ -565,25 +564,15 @@ def test_export_suggests_a_clean_name_in_the_documents_folder(qtbot, launch, tmp
     send(qtbot, tab, "Why is the sky blue?")
     qtbot.waitUntil(lambda: not tab.generating, timeout=30000)
     seen = []
-
-    def answer():
-        dlg = QApplication.activeModalWidget()
-        if not isinstance(dlg, QFileDialog):
-            QTimer.singleShot(50, answer)
-            return
-        name = dlg.findChild(QLineEdit, "fileNameEdit")
-        seen.append((dlg.directory().absolutePath(), name.text()))
-        name.setText(str(tmp_path / "out.md"))
-        dlg.accept()
-    QTimer.singleShot(50, answer)
+    answer_file_dialog(str(tmp_path / "out.md"), seen)
     window.export_conversation(tab.conversation.id)
     assert seen and seen[0][1] == "Why is the sky blue.md"
     assert (tmp_path / "out.md").read_text().startswith("# Why is the sky blue?")
 
 
 def test_buttons_around_the_window_work_when_clicked(qtbot, launch, run_async, app_home):
-    from PySide6.QtCore import QTimer
-    from PySide6.QtWidgets import QApplication, QPushButton, QTabBar, QToolButton
+    from modal import when_modal
+    from PySide6.QtWidgets import QPushButton, QTabBar, QToolButton
 
     from app.settings_dialog import SettingsDialog
     window = launch(start_engine=False, model=str(app_home / "no-such-model"))
@@ -595,18 +584,13 @@ def test_buttons_around_the_window_work_when_clicked(qtbot, launch, run_async, a
     opened = []
 
     def close_settings():
-        dlg = QApplication.activeModalWidget()
-        if not isinstance(dlg, SettingsDialog):
-            QTimer.singleShot(50, close_settings)
-            return
-        opened.append(dlg)
-        dlg.reject()
+        when_modal(SettingsDialog, lambda dlg: (opened.append(dlg), dlg.reject()))
     assert not run_async(window.start_engine(), timeout=60)
     notice = next(n for n in window.notices.notices() if "could not be loaded" in n.text)
-    QTimer.singleShot(50, close_settings)
+    close_settings()
     click(qtbot, next(b for b in notice.findChildren(QPushButton) if b.text() == "Open Settings…"))
     assert len(opened) == 1
-    QTimer.singleShot(50, close_settings)
+    close_settings()
     click(qtbot, window.status.fix)  # the status bar's Open Settings…
     assert len(opened) == 2
     dismiss = next(b for b in notice.findChildren(QToolButton) if b.toolTip() == "Dismiss")
@@ -646,3 +630,11 @@ def test_every_tab_stop_shows_where_the_focus_is(qtbot, launch):
             unmarked.append(f"{type(widget).__name__} {widget.objectName()} "
                             f"{getattr(widget, 'text', lambda: '')()}")
     assert not unmarked, unmarked
+
+
+def test_the_active_tab_comes_back_even_after_blank_tabs(qtbot, launch, app_home):
+    _seed(app_home, ["a", "b"])
+    (app_home / "state" / "session.json").write_text(json.dumps({"open_tabs": ["blank1", "a", "blank2", "b"],
+                                                                 "active": 3}))
+    window = launch(start_engine=False)
+    assert [t.conversation.id for t in window.tabs.tabs()] == ["a", "b"] and window.current_tab().conversation.id == "b"
