@@ -128,27 +128,29 @@ def measure_label_updates(app, text: str, sizes: tuple[int, ...]) -> dict[int, f
     return out
 
 
-def measure_open(app, messages: int, repeats: int) -> tuple[list[float], list[float]]:
-    """ms to the first frame, and until the column is filled, of a conversation of `messages`."""
+def measure_open(app, messages: int, repeats: int) -> tuple[list[float], list[float], list[float]]:
+    """CPU ms to the first frame and until the column is filled, and wall ms to the first frame,
+    of opening a conversation of `messages`."""
     from PySide6.QtWidgets import QMainWindow
-    first, filled = [], []
+    first, filled, wall = [], [], []
     history = _history(messages)
     for _ in range(repeats):
         window = QMainWindow()
         window.resize(1200, 800)
         window.show()
         app.processEvents()
-        c0 = time.process_time()
+        c0, t0 = time.process_time(), time.perf_counter()
         tab = _tab(history)
         window.setCentralWidget(tab)
         app.processEvents()  # laid out and painted
         first.append((time.process_time() - c0) * 1000)
+        wall.append((time.perf_counter() - t0) * 1000)
         while tab.view.filling:  # older messages built while the column is not yet full
             app.processEvents()
         filled.append((time.process_time() - c0) * 1000)
         window.close()
         app.processEvents()
-    return first, filled
+    return first, filled, wall
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,9 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         at_32k = median if size == max(SIZES) else at_32k
         print(f"  {size // 1000:>5}K  {median:6.2f}  {p95:6.2f}  {cpu[-1]:6.2f}  {statistics.median(wall):11.2f}"
               f"   {label[size]:7.2f}")
-    first, filled = measure_open(app, a.messages, a.repeats)
+    first, filled, wall = measure_open(app, a.messages, a.repeats)
     print(f"open a {a.messages}-message conversation with code blocks (CPU ms, median of {a.repeats}): "
-          f"first frame {statistics.median(first):.0f}, column filled {statistics.median(filled):.0f}")
+          f"first frame {statistics.median(first):.0f} (wall {statistics.median(wall):.0f}), "
+          f"column filled {statistics.median(filled):.0f}")
     ok_update, ok_open = at_32k <= TARGET_UPDATE_MS, statistics.median(first) <= TARGET_OPEN_MS
     print(f"targets: <= {TARGET_UPDATE_MS:g} ms per update at 32K: {'met' if ok_update else 'NOT met'}; "
           f"<= {TARGET_OPEN_MS:g} ms to show {a.messages} messages: {'met' if ok_open else 'NOT met'}")
