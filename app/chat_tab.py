@@ -30,6 +30,7 @@ from .engines import EngineChoices, TabEngine
 from .message_view import MessageWidget
 from .saver import Saver
 from .store import ConversationStore
+from .wrap_guard import WrapGuard
 
 STREAM_SAVE_PERIOD_S = 2.0
 
@@ -120,6 +121,7 @@ class ChatTab(QWidget):
                                          toolTip="How the assistant should behave in this conversation")
         self.system_edit = QPlainTextEdit(
             placeholderText="System prompt for this conversation, e.g. “Answer briefly, in English.”")
+        WrapGuard(self.system_edit)
         self.system_edit.setPlainText(conversation.system_prompt)
         self.system_edit.setTabChangesFocus(True)
         self.system_edit.setFixedHeight(self.system_edit.fontMetrics().lineSpacing() * 3 + 16)

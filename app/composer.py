@@ -5,6 +5,8 @@ above the box says so, with Cancel (Esc)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QKeyEvent
@@ -12,6 +14,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QTextEdi
 
 from . import theme
 from .chat_view import centered
+from .wrap_guard import WrapGuard
 
 MAX_LINES = 8
 
@@ -38,6 +41,7 @@ class Composer(QWidget):
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.edit = _Edit(placeholderText="Message the model…  (Enter sends, Shift+Enter new line)")
         self.edit.setAcceptRichText(False)
+        WrapGuard(self.edit)
         self.edit.setTabChangesFocus(True)
         # No stylesheet on the editor itself: one would make Qt draw its scroll bar unstyled
         # (a black handle). A frameless editor on a transparent viewport shows the box behind it.
@@ -95,8 +99,9 @@ class Composer(QWidget):
 
     def set_generating(self, generating: bool) -> None:
         self._generating = generating
-        self.send_button.setVisible(not generating)
-        self.stop_button.setVisible(generating)
+        with self._focus_kept():
+            self.send_button.setVisible(not generating)
+            self.stop_button.setVisible(generating)
 
     def start_edit(self, text: str) -> None:
         """The box holds the message being edited; the line above it says so."""
@@ -105,8 +110,19 @@ class Composer(QWidget):
 
     def end_edit(self, draft: str) -> None:
         """Back to writing a new message: the draft from before the edit returns."""
-        self.edit_bar.hide()
+        with self._focus_kept():
+            self.edit_bar.hide()
         self.set_text(draft)
+
+    @contextmanager
+    def _focus_kept(self) -> Iterator[None]:
+        # A button that hides with the keyboard in it hands the focus to the message box, not to
+        # whatever widget Qt finds next (a Copy button somewhere in the conversation).
+        buttons = (self.send_button, self.stop_button, self.cancel_edit_button)
+        had = self.window().focusWidget()
+        yield
+        if had in buttons and not had.isVisible():
+            self.edit.setFocus()
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
         if obj is self.edit and event.type() in (QEvent.Type.FocusIn, QEvent.Type.FocusOut):

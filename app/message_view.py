@@ -96,8 +96,9 @@ class MessageWidget(QFrame):
         header = QHBoxLayout()
         header.setSpacing(8)
         header.addWidget(self._role)
-        header.addWidget(self._meta)
-        header.addStretch()
+        # The meta line gives way (cut at the right) in a narrow window, so the buttons stay in view.
+        self._meta.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        header.addWidget(self._meta, 1)
         header.addWidget(self._edit)
         header.addWidget(self._regenerate)
         self._copy = _copy_button(lambda: self.message.text, "Copy the whole message")

@@ -109,7 +109,8 @@ class SettingsDialog(QDialog):
         self.page_tokens = _combo([(n, f"{n} tokens") for n in _PAGE_SIZES], s.page_tokens)
         # Automatic is a box of its own: a tiny budget typed in is refused by the plan, never
         # rounded to zero and read as "automatic".
-        self.memory_auto = QCheckBox("Automatic (a safe share of free memory)", checked=s.memory_gib is None)
+        self.memory_auto = QCheckBox("Automatic", checked=s.memory_gib is None,
+                                     toolTip="A safe share of the free memory: half of what the weights leave")
         self.memory = _dspin(0.001, 4096, s.memory_gib or 4.0, 0.5, decimals=3)
         self.memory.setSuffix(" GiB")
         self.memory.setEnabled(s.memory_gib is not None)

@@ -13,6 +13,7 @@ from PySide6.QtGui import QDesktopServices, QFont, QTextBlockFormat, QTextCharFo
 from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QWidget
 
 from .markdown import render
+from .wrap_guard import WrapGuard
 
 LIVE_GLYPH = "▍"  # shows that a reply is still arriving
 _LINK_SCHEMES = ("http", "https", "mailto")
@@ -25,7 +26,9 @@ class TextView(QTextBrowser):
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff if wrap
                                           else Qt.ScrollBarPolicy.ScrollBarAsNeeded)
-        if not wrap:
+        if wrap:
+            WrapGuard(self)
+        else:
             self.setLineWrapMode(QTextBrowser.LineWrapMode.NoWrap)
             self.setWordWrapMode(QTextOption.WrapMode.NoWrap)
         if font is not None:

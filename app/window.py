@@ -257,6 +257,12 @@ class MainWindow(QMainWindow):
         session = load_session()
         convs, bad = self.store.load_all()
         by_id = {c.id: c for c in convs}
+        # The geometry first: the session written once the tabs are back records this window.
+        if not (session.geometry and self.restoreGeometry(QByteArray.fromBase64(session.geometry.encode()))):
+            self._first_geometry()
+        if session.splitter:
+            self.splitter.restoreState(QByteArray.fromBase64(session.splitter.encode()))
+        self._set_sidebar(session.sidebar)
         self._restoring = True  # a crash while reopening must not leave half the list on disk
         try:
             for cid in session.open_tabs:
@@ -269,11 +275,6 @@ class MainWindow(QMainWindow):
             self._restoring = False
         self.history.set_conversations(convs, {t.conversation.id for t in self.tabs.tabs()})
         self._current_changed()
-        if not (session.geometry and self.restoreGeometry(QByteArray.fromBase64(session.geometry.encode()))):
-            self._first_geometry()
-        if session.splitter:
-            self.splitter.restoreState(QByteArray.fromBase64(session.splitter.encode()))
-        self._set_sidebar(session.sidebar)
         for text in notices + bad + ([self._connections_notice] if self._connections_notice else []):
             self.notices.add(text, error=True)
         self._apply_server()

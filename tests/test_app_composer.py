@@ -49,15 +49,19 @@ def test_buttons(qtbot, qapp):
         qtbot.mouseClick(c.send_button, Qt.MouseButton.LeftButton)
     assert sent.args == ["hello"] and c.text() == ""
     c.set_generating(True)
+    c.stop_button.setFocus()  # as a click in a window that has the keyboard gives it
     with qtbot.waitSignal(c.stop_requested):
         qtbot.mouseClick(c.stop_button, Qt.MouseButton.LeftButton)
     c.set_generating(False)
+    assert c.focusWidget() is c.edit  # the clicked button went away: the keyboard is back in the box
     c.start_edit("old words")
     assert c.edit_bar.isVisible() and c.text() == "old words"
+    c.cancel_edit_button.setFocus()
     with qtbot.waitSignal(c.edit_cancelled):
         qtbot.mouseClick(c.cancel_edit_button, Qt.MouseButton.LeftButton)
     c.end_edit("my draft")
     assert not c.edit_bar.isVisible() and c.text() == "my draft"
+    assert c.focusWidget() is c.edit
 
 
 def test_the_box_shows_when_the_keyboard_is_in_it(qtbot, qapp):

@@ -61,6 +61,16 @@ def test_edit_and_regenerate_buttons_ask_when_clicked(qtbot):
         click(qtbot, reply._regenerate)
 
 
+def test_in_a_narrow_column_the_meta_line_gives_way_to_the_buttons(qtbot):
+    w = shown(qtbot, Message("assistant", "hello", tokens=12345, tok_s=123.4, interrupted=True))
+    w.set_actions(regenerate=True)
+    assert w.minimumSizeHint().width() < 300  # the meta line alone is wider
+    w.resize(300, 200)
+    qtbot.waitUntil(lambda: w.width() == 300)
+    for button in (w._regenerate, w._copy):
+        assert button.isVisible() and button.geometry().right() < w.width()
+
+
 def test_streaming_shows_plain_text_with_a_cursor_then_markdown(qtbot):
     m = Message("assistant", "")
     w = shown(qtbot, m)

@@ -492,6 +492,24 @@ def test_open_tabs_survive_a_kill_9(qtbot, launch, app_home, app_model):
     assert window.tabs.currentIndex() == 1 and window.history.highlighted() == "b"
 
 
+def test_the_session_written_at_start_keeps_the_windows_place(qtbot, launch, app_home):
+    from PySide6.QtCore import QByteArray
+    from PySide6.QtWidgets import QMainWindow
+    probe = QMainWindow()
+    qtbot.addWidget(probe)
+    probe.resize(700, 500)  # inside the offscreen screen (800 × 600)
+    _seed(app_home, ["a"])
+    session = app_home / "state" / "session.json"
+    saved = json.loads(session.read_text())
+    saved["geometry"] = bytes(probe.saveGeometry().toBase64()).decode()
+    session.write_text(json.dumps(saved))
+    window = launch(start_engine=False)
+    window.saver.flush()  # what a kill -9 now would leave
+    probe.resize(300, 200)
+    assert probe.restoreGeometry(QByteArray.fromBase64(json.loads(session.read_text())["geometry"].encode()))
+    assert (probe.width(), probe.height()) == (window.width(), window.height()) == (700, 500)
+
+
 def test_saves_while_streaming_leave_the_gui_thread(qtbot, launch, app_home):
     import threading
 
