@@ -1,16 +1,19 @@
 """What the app remembers between runs: engine settings (config dir) and the session (state dir).
 
-settings.json holds the EngineSettings the user applied; session.json the open tabs, the active
-tab and the window geometry. Both honour LANECHAT_HOME through engine.paths. An unreadable file
-falls back to defaults with a notice instead of stopping the app.
+settings.json holds the EngineSettings the user applied and which sampling values they chose
+themselves (`sampling_chosen`; the others follow the model's recommendation); session.json the
+open tabs, the active tab and the window geometry, written whenever they change. Both honour
+LANECHAT_HOME through engine.paths. An unreadable file falls back to defaults with a notice
+instead of stopping the app.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import EngineSettings, LanechatError, jsonfile, paths
+from engine import EngineSettings, LanechatError, SamplingParams, jsonfile, model_sampling_defaults, paths
 
 from .atomic import leftovers, write_json_atomic
 
@@ -38,8 +41,46 @@ def load_settings() -> tuple[EngineSettings, str | None]:
         return EngineSettings(), f"Settings in {path} could not be used ({e}); using the defaults."
 
 
-def save_settings(settings: EngineSettings) -> None:
-    write_json_atomic(settings_path(), {"format_version": FORMAT_VERSION, "engine": settings.to_dict()})
+def save_settings(settings: EngineSettings, chosen: set[str] | None = None) -> None:
+    """`chosen`: the sampling fields the user set; None: all of them (the values are theirs)."""
+    chosen = set(MODEL_SAMPLING) if chosen is None else chosen
+    write_json_atomic(settings_path(), {"format_version": FORMAT_VERSION, "engine": settings.to_dict(),
+                                        "sampling_chosen": sorted(chosen & set(MODEL_SAMPLING))})
+
+
+# Sampling values a model may recommend; the user's own choice wins over the model's.
+MODEL_SAMPLING = ("temperature", "top_p", "top_k")
+
+
+def load_sampling_chosen() -> set[str]:
+    """The sampling fields the user set. Files from before this was recorded: those that differ
+    from Lanechat's defaults (the dialog wrote every field, so equal ones were not changed)."""
+    try:
+        raw = jsonfile.read(settings_path(), MAX_DEPTH, MAX_BYTES)
+        chosen = raw.get("sampling_chosen")
+        if isinstance(chosen, list):
+            return {n for n in chosen if n in MODEL_SAMPLING}
+        stored, default = raw["engine"].get("sampling") or {}, asdict(SamplingParams())
+        return {n for n in MODEL_SAMPLING if n in stored and stored[n] != default[n]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, LanechatError):
+        return set()
+
+
+def recommended_sampling(from_model: dict[str, Any]) -> dict[str, Any]:
+    """Every model-recommendable field: the model's value where it gives one, else Lanechat's."""
+    defaults = asdict(SamplingParams())
+    return {n: from_model.get(n, defaults[n]) for n in MODEL_SAMPLING}
+
+
+def with_model_sampling(settings: EngineSettings, chosen: set[str]) -> EngineSettings:
+    """The settings a reply runs with: the user's sampling values where they chose one, the model's
+    recommendation (or Lanechat's default) for the rest. Reads the model's files: not on the GUI
+    thread for a big GGUF."""
+    out = copy.deepcopy(settings)
+    for name, value in recommended_sampling(model_sampling_defaults(settings.model)).items():
+        if name not in chosen:
+            setattr(out.sampling, name, value)
+    return out
 
 
 @dataclass

@@ -2,11 +2,17 @@
 
 The conversation file is written before a request is sent (the user's words are never lost),
 every couple of seconds while a reply streams (marked interrupted until it finishes, so a crash
-keeps what arrived), when the reply ends, and when the tab closes or the app quits.
+keeps what arrived), when the reply ends, and when the tab closes or the app quits. Writes while
+replies stream go through the Saver's thread, so an fsync never stalls the window.
+
+Editing the last message keeps the old turn, on screen (faded) and on disk, until the edited one
+is sent; Esc or Cancel gives the composer its draft back and changes nothing.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import secrets
 import time
 
@@ -17,12 +23,14 @@ from engine import Finished, LanechatError, SamplingParams
 
 from .chat_view import ChatView, centered
 from .composer import Composer
-from .conversation import Conversation, Message
+from .conversation import Conversation, Message, title_from
 from .engine_bridge import EngineBridge, Ticket
 from .engine_picker import EnginePicker
 from .engines import EngineChoices, TabEngine
 from .message_view import MessageWidget
+from .saver import Saver
 from .store import ConversationStore
+from .wrap_guard import WrapGuard
 
 STREAM_SAVE_PERIOD_S = 2.0
 
@@ -36,7 +44,6 @@ def reply_sampling(defaults: SamplingParams) -> SamplingParams:
     if defaults.seed:
         return defaults
     return dataclasses.replace(defaults, seed=secrets.randbits(31) or 1)
-
 
 
 class Reply:
@@ -69,12 +76,12 @@ class Reply:
             self._t0 = time.monotonic()  # tok/s counts decoding, not reading the prompt
         self.message.text += text
         self.message.tokens = tokens
-        self.widget.set_text(self.message.text)
+        self.widget.append(text)
         elapsed = time.monotonic() - (self._t0 or time.monotonic())
         self.widget.update_meta(live_tps=tokens / elapsed if elapsed > 0.2 else 0.0)
         if time.monotonic() - self._saved_at > STREAM_SAVE_PERIOD_S:
             self._saved_at = time.monotonic()
-            self.tab.save()
+            self.tab.save(background=True)
 
     def on_finished(self, event: Finished) -> None:
         m = self.message
@@ -92,24 +99,29 @@ class Reply:
 class ChatTab(QWidget):
     title_changed = Signal(str)
     state_changed = Signal(str)
-    saved = Signal(object)  # the Conversation, after it was written
+    saved = Signal(object)  # the Conversation, after its write was handed to the saver
     engine_changed = Signal()
     add_remote_requested = Signal()
 
     def __init__(self, conversation: Conversation, store: ConversationStore, bridge: EngineBridge,
-                 parent: QWidget | None = None, engines: EngineChoices | None = None) -> None:
+                 parent: QWidget | None = None, engines: EngineChoices | None = None,
+                 saver: Saver | None = None) -> None:
         super().__init__(parent)
         self.conversation = conversation
         self.store = store
         self.engines = engines
         self.bridge: TabEngine = engines.get(conversation.engine) if engines is not None else bridge
+        self.saver = saver or Saver()
         self.state = IDLE
         self.reply: Reply | None = None
+        self._editing: int | None = None  # index of the user message being edited
+        self._stashed_draft = ""  # the composer's draft from before the edit
 
         self.system_toggle = QToolButton(checkable=True, objectName="messageAction",
                                          toolTip="How the assistant should behave in this conversation")
         self.system_edit = QPlainTextEdit(
             placeholderText="System prompt for this conversation, e.g. “Answer briefly, in English.”")
+        WrapGuard(self.system_edit)
         self.system_edit.setPlainText(conversation.system_prompt)
         self.system_edit.setTabChangesFocus(True)
         self.system_edit.setFixedHeight(self.system_edit.fontMetrics().lineSpacing() * 3 + 16)
@@ -134,10 +146,13 @@ class ChatTab(QWidget):
         bar = centered(inner, "systemPromptBar")
 
         self.view = ChatView()
+        self.view.edit_requested.connect(self.edit_last)
+        self.view.regenerate_requested.connect(self.regenerate)
         self.composer = Composer()
         self.composer.set_text(conversation.draft)
         self.composer.send_requested.connect(self.send)
         self.composer.stop_requested.connect(self.stop)
+        self.composer.edit_cancelled.connect(self.cancel_edit)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
@@ -157,22 +172,30 @@ class ChatTab(QWidget):
     def generating(self) -> bool:
         return self.reply is not None
 
+    @property
+    def editing(self) -> bool:
+        return self._editing is not None
+
     # --- conversation actions ------------------------------------------------------------------
 
     def send(self, text: str) -> None:
         if self.generating or not text.strip():
             return
-        had_title = bool(self.conversation.title)
-        self.conversation.add(Message("user", text))
-        if not had_title:
-            self.title_changed.emit(self.title)
-        self.view.add(self.conversation.messages[-1])
+        conv = self.conversation
+        if self._editing is not None:
+            self._replace_edited(text)
+        else:
+            had_title = bool(conv.title)
+            conv.add(Message("user", text))
+            if not had_title:
+                self.title_changed.emit(self.title)
+        self.view.add(conv.messages[-1])
         self._generate()
 
     def regenerate(self) -> None:
         """Write the last reply again (or retry after a failure left the user's message last)."""
         msgs = self.conversation.messages
-        if self.generating or not msgs:
+        if self.generating or self.editing or not msgs:
             return
         if msgs[-1].role == "assistant":
             msgs.pop()
@@ -181,19 +204,38 @@ class ChatTab(QWidget):
             self._generate()
 
     def edit_last(self) -> None:
-        """Take the last user message back into the composer; what followed it is dropped."""
+        """Put the last user message in the composer to change and send again. Nothing is removed
+        until it is sent: the old turn stays (faded) and on disk; Esc or Cancel leaves it as it was."""
         msgs = self.conversation.messages
         idx = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].role == "user"), None)
         if self.generating or idx is None:
             return
-        text = msgs[idx].text
-        del msgs[idx:]
-        self.view.remove_from(idx)
-        self.conversation.touch()
-        self.composer.set_text(text)
+        if self._editing is None:
+            self._stashed_draft = self.composer.text()
+        self._editing = idx
+        for i in range(idx, len(msgs)):
+            widget = self.view.widget_for(i)
+            if widget is not None:
+                widget.set_dimmed(True)
+        self.composer.start_edit(msgs[idx].text)
         self.composer.edit.setFocus()
         self._update_actions()
-        self.save()
+
+    def cancel_edit(self) -> None:
+        if self._editing is None:
+            return
+        self._undim()
+        self._editing = None
+        self.composer.end_edit(self._stashed_draft)
+        self._stashed_draft = ""
+        self._update_actions()
+
+    def escape(self) -> None:
+        """Esc: cancel an edit in progress, else stop the reply."""
+        if self.editing:
+            self.cancel_edit()
+        else:
+            self.stop()
 
     def stop(self) -> None:
         if self.reply is not None and self.reply.ticket is not None:
@@ -221,6 +263,24 @@ class ChatTab(QWidget):
             self.save()
 
     # --- the reply in flight ------------------------------------------------------------------
+
+    def _replace_edited(self, text: str) -> None:
+        """The edited message replaces the old one and what followed it; a title made from the old
+        words follows the new ones (a title the user gave stays)."""
+        conv, idx = self.conversation, self._editing
+        assert idx is not None
+        old = conv.messages[idx]
+        first_user = next(i for i, m in enumerate(conv.messages) if m.role == "user")
+        self._undim()
+        self._editing = None
+        self._stashed_draft, draft = "", self._stashed_draft
+        del conv.messages[idx:]
+        self.view.remove_from(idx)
+        conv.add(Message("user", text))
+        self.composer.end_edit(draft)
+        if idx == first_user and conv.title == title_from(old.text) and title_from(text) != conv.title:
+            conv.title = title_from(text)
+            self.title_changed.emit(self.title)
 
     def _generate(self) -> None:
         conv = self.conversation
@@ -250,11 +310,10 @@ class ChatTab(QWidget):
             return
         self.reply = None
         reply.widget.show_final()
-        reply.widget.update_meta()
         if length_limit:
             reply.widget.set_status("Stopped at the reply length limit (max tokens in Settings).")
         self.conversation.touch()
-        self.save()
+        self.save(background=True)
         self.composer.set_generating(False)
         self._update_actions()
         self.set_state(ERROR if reply.message.error else IDLE)
@@ -274,12 +333,17 @@ class ChatTab(QWidget):
             self.reply = None
         self.save()
 
-    def save(self) -> None:
-        """Write the conversation unless it is still empty (empty tabs leave no files behind)."""
+    def save(self, background: bool = False) -> None:
+        """Write the conversation unless it is still empty (empty tabs leave no files behind).
+        In the background, a copy is written on the saver's thread; else it is written now."""
         conv = self.conversation
-        conv.draft = self.composer.text()
+        # While an edit is open, the composer holds the message being edited, not a draft.
+        conv.draft = self._stashed_draft if self.editing else self.composer.text()
         if conv.messages or conv.draft.strip() or conv.system_prompt.strip() or self.store.exists(conv.id):
-            self.store.save(conv)
+            if background:
+                self.saver.later(conv.id, functools.partial(self.store.save, copy.deepcopy(conv)))
+            else:
+                self.saver.now(conv.id, functools.partial(self.store.save, conv))
             self.saved.emit(conv)
 
     # --- internals ----------------------------------------------------------------------------
@@ -289,10 +353,16 @@ class ChatTab(QWidget):
             self.engine_picker.setEnabled(not self.generating)
         msgs = self.conversation.messages
         last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=None)
-        for i, w in enumerate(self.view.widgets):
-            idle = not self.generating
-            w.set_actions(edit=idle and i == last_user,
-                          regenerate=idle and i == len(msgs) - 1 and w.message.role == "assistant")
+        idle = not self.generating and not self.editing
+        for i in range(self.view.first, len(msgs)):
+            widget = self.view.widget_for(i)
+            if widget is not None:
+                widget.set_actions(edit=idle and i == last_user,
+                                   regenerate=idle and i == len(msgs) - 1 and widget.message.role == "assistant")
+
+    def _undim(self) -> None:
+        for widget in self.view.widgets:
+            widget.set_dimmed(False)
 
     def _toggle_system(self, on: bool) -> None:
         self.system_edit.setVisible(on)

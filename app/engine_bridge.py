@@ -25,10 +25,12 @@ from engine import (
     Failed,
     Finished,
     LanechatError,
+    ModelError,
     Queued,
     SamplingParams,
     Started,
     Token,
+    default_model_path,
 )
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,11 @@ engine_log = logging.getLogger("engine")
 DRAIN_PERIOD_MS = 33
 POLL_S = 0.02  # how often the GUI thread looks at a blocking call running on its thread
 USAGE_PERIOD_MS = 500
+DEFAULT_MISSING = "the default model is not downloaded yet"
+
+# What a request is doing, as the bridge last heard: sent (no word from the engine yet), waiting
+# (for a stream, for pool pages, for the model to load), reading (its prompt), generating.
+SENT, WAITING, READING, GENERATING = "sent", "waiting", "reading", "generating"
 
 
 class RequestSink(Protocol):
@@ -58,6 +65,9 @@ class Ticket:
     key: tuple[int, int] | None = None  # (engine generation, engine request id) once submitted
     tokens: int = 0  # the engine's count, as of the last Token event
     done: bool = False
+    phase: str = SENT
+    reason: str = ""  # why it waits
+    ahead: int = 0  # requests ahead of it, as last told to its sink
 
 
 class EngineBridge(QObject):
@@ -66,12 +76,12 @@ class EngineBridge(QObject):
     state_changed = Signal()        # state, info or error changed
     progress = Signal(str, float)   # model loading: what, fraction
     usage_changed = Signal(object)  # engine.Usage, polled while an engine runs
+    activity_changed = Signal()     # a request started, ended, or changed phase
 
     def __init__(self, engine_factory: Callable[[EngineSettings], Engine] | None = None,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
-        # The engine's own lines (the plan, backend fallbacks) go to the log, not to stdout.
-        self._factory = engine_factory or (lambda settings: Engine(settings, log=engine_log.info))
+        self._factory = engine_factory or _local_engine
         self._engine: Engine | None = None
         self._generation = 0
         self.state = "stopped"  # stopped | starting | ready | failed
@@ -98,6 +108,18 @@ class EngineBridge(QObject):
         """Requests submitted and not yet finished, loading ones included."""
         return len(self._pending) + len(self._tickets)
 
+    @property
+    def missing_default(self) -> bool:
+        """The settings ask for the embedded default model and it has not been downloaded."""
+        return self.settings is not None and self.settings.model is None and not default_model_path().is_file()
+
+    def activity(self) -> dict[str, int]:
+        """How many requests are waiting, reading their prompt and generating, as of now."""
+        counts = {WAITING: len(self._pending), READING: 0, GENERATING: 0}
+        for ticket in self._tickets.values():
+            counts[READING if ticket.phase == SENT else ticket.phase] += 1
+        return counts
+
     # --- lifecycle -------------------------------------------------------------------------
 
     async def start(self, settings: EngineSettings) -> None:
@@ -110,15 +132,10 @@ class EngineBridge(QObject):
         generation = self._generation
         self.settings, self.error, self.state = settings, None, "starting"
         self.state_changed.emit()
-        latest: list[tuple[str, float]] = []  # written by the loading thread, read here
-
-        def report() -> None:
-            if latest:
-                self.progress.emit(*latest[-1])
-                latest.clear()
+        report, poll = newest_only(self.progress.emit)
         try:
             engine = self._factory(settings)
-            await in_thread(engine.start, lambda what, frac: latest.append((what, frac)), poll=report)
+            await in_thread(engine.start, report, poll=poll)
         except Exception as e:  # noqa: BLE001 - any load failure must leave the app usable
             if generation != self._generation:  # abandoned by stop(): nobody waits for this load
                 return
@@ -128,6 +145,7 @@ class EngineBridge(QObject):
             for ticket in pending:
                 deliver(ticket.sink.on_failed, f"No model is loaded: {self.error}")
             self.state_changed.emit()
+            self.activity_changed.emit()
             if isinstance(e, LanechatError):
                 raise
             raise LanechatError(self.error) from e
@@ -141,6 +159,7 @@ class EngineBridge(QObject):
         for ticket in pending:
             self._submit(ticket)
         self.state_changed.emit()
+        self.activity_changed.emit()
         self._poll_usage()
 
     async def stop(self) -> None:
@@ -174,12 +193,14 @@ class EngineBridge(QObject):
         """Send a chat; raises LanechatError (RequestError...) if the engine refuses it outright."""
         ticket = Ticket(messages, sampling, sink)
         if self.state == "starting":
+            ticket.phase, ticket.reason = WAITING, "waiting for the model to load"
             self._pending.append(ticket)
-            deliver(sink.on_queued, 0, "waiting for the model to load")
+            deliver(sink.on_queued, 0, ticket.reason)
         elif self.state == "ready":
             self._submit(ticket, deliver_errors=False)
         else:
             raise LanechatError(f"No model is loaded: {self.error}" if self.error else "The engine is not running")
+        self.activity_changed.emit()
         return ticket
 
     def _submit(self, ticket: Ticket, deliver_errors: bool = True) -> None:
@@ -195,7 +216,7 @@ class EngineBridge(QObject):
             return
         # Safe although the engine may already be running it: its events are only read by
         # _drain, which runs on this thread after we return.
-        ticket.key = (self._generation, rid)
+        ticket.key, ticket.phase = (self._generation, rid), SENT
         self._tickets[ticket.key] = ticket
 
     def cancel(self, ticket: Ticket) -> None:
@@ -205,6 +226,7 @@ class EngineBridge(QObject):
             ticket.done = True
             deliver(ticket.sink.on_finished, Finished(request_id=-1, reason="cancelled", text="", tokens=0,
                                                      prompt_tokens=0, prompt_tps=0.0, decode_tps=0.0))
+            self.activity_changed.emit()
         else:
             self._cancel_in_engine(ticket)
 
@@ -215,6 +237,7 @@ class EngineBridge(QObject):
         self._cancel_in_engine(ticket)
         ticket.done = True
         self._tickets.pop(ticket.key, None)
+        self.activity_changed.emit()
 
     def _cancel_in_engine(self, ticket: Ticket) -> None:
         if (ticket.key is not None and not ticket.done and self._engine is not None
@@ -231,19 +254,26 @@ class EngineBridge(QObject):
     def _drain(self) -> None:
         with self._lock:
             events, self._events = self._events, []
+        if not events:
+            return
         text: dict[Ticket, list[str]] = {}  # per ticket: tokens not yet delivered
+        phases = [(t, t.phase) for t in self._tickets.values()]
         for generation, ev in events:
             ticket = self._tickets.get((generation, ev.request_id))
             if ticket is None or ticket.done:
                 continue
             if isinstance(ev, Token):
                 ticket.tokens = ev.tokens
+                ticket.phase = GENERATING
                 text.setdefault(ticket, []).append(ev.text)
                 continue
             self._flush(ticket, text.pop(ticket, None))  # text before the event that follows it
             if isinstance(ev, Queued):
-                deliver(ticket.sink.on_queued, ev.ahead, ev.reason)
+                ticket.phase, ticket.reason = WAITING, ev.reason
+                ticket.ahead = min(ev.ahead, self._waiting_ahead_of(ticket))
+                deliver(ticket.sink.on_queued, ticket.ahead, ev.reason)
             elif isinstance(ev, Started):
+                ticket.phase = READING
                 deliver(ticket.sink.on_started, ev.prompt_tokens)
             elif isinstance(ev, (Finished, Failed)):
                 ticket.done = True
@@ -254,6 +284,28 @@ class EngineBridge(QObject):
                     deliver(ticket.sink.on_failed, ev.message)
         for ticket, parts in text.items():
             self._flush(ticket, parts)
+        self._recount_waiting()
+        if phases != [(t, t.phase) for t in self._tickets.values()]:
+            self.activity_changed.emit()
+
+    def _waiting_ahead_of(self, ticket: Ticket) -> int:
+        """Requests sent before `ticket` that still wait: the engine's count can include ones it
+        was about to start, so the app counts what it knows instead."""
+        ahead = 0
+        for other in self._tickets.values():
+            if other is ticket:
+                return ahead
+            ahead += other.phase == WAITING
+        return ahead
+
+    def _recount_waiting(self) -> None:
+        """Tell waiting requests when the number ahead of them went down."""
+        for ticket in list(self._tickets.values()):
+            if ticket.phase == WAITING and not ticket.done:
+                ahead = min(ticket.ahead, self._waiting_ahead_of(ticket))
+                if ahead != ticket.ahead:
+                    ticket.ahead = ahead
+                    deliver(ticket.sink.on_queued, ahead, ticket.reason)
 
     @staticmethod
     def _flush(ticket: Ticket, parts: list[str] | None) -> None:
@@ -265,12 +317,35 @@ class EngineBridge(QObject):
             self.usage_changed.emit(self._engine.usage())
 
 
+def _local_engine(settings: EngineSettings) -> Engine:
+    if settings.model is None and not default_model_path().is_file():
+        raise ModelError(DEFAULT_MISSING)  # the loader's message names a terminal command
+    # The engine's own lines (the plan, backend fallbacks) go to the log, not to stdout.
+    return Engine(settings, log=engine_log.info)
+
+
 def deliver(method: Callable[..., None], *args: object) -> None:
     # One tab's broken handler must not stop the other tabs' streams.
     try:
         method(*args)
     except Exception:  # noqa: BLE001
         log.exception("request sink %s failed", method)
+
+
+def newest_only(emit: Callable[..., None]) -> tuple[Callable[..., None], Callable[[], None]]:
+    """A progress callback for a worker thread that keeps only its newest report, and the poll
+    that hands that report to `emit` on the GUI thread (plain data crosses, never a signal)."""
+    reports: list[tuple] = []
+
+    def report(*args: object) -> None:
+        reports.append(args)
+
+    def poll() -> None:
+        n = len(reports)  # what arrives while this runs waits for the next poll
+        if n:
+            emit(*reports[n - 1])
+            del reports[:n]
+    return report, poll
 
 
 async def in_thread(fn: Callable[..., object], *args: object, poll: Callable[[], None] = lambda: None) -> object:

@@ -96,6 +96,7 @@ class HistoryPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._active: str | None = None  # the conversation of the current tab: the one highlighted
         self.list = _List(objectName="history")
         self.list.setItemDelegate(_Delegate(self.list))
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -103,7 +104,7 @@ class HistoryPanel(QWidget):
         self.list.itemActivated.connect(lambda item: self.open_requested.emit(item.data(_ID)))
         self.list.itemClicked.connect(lambda item: self.open_requested.emit(item.data(_ID)))
         self.list.delete_pressed.connect(self._delete_current)
-        new = QPushButton("New chat", toolTip="Open a new tab (Ctrl+T)")
+        self.new_button = new = QPushButton("New chat", toolTip="Open a new tab (Ctrl+T)")
         new.clicked.connect(self.new_requested)
         head = QHBoxLayout()
         head.setContentsMargins(12, 10, 8, 6)
@@ -125,43 +126,57 @@ class HistoryPanel(QWidget):
         for conv in reversed(convs):  # upsert puts each on top
             self.upsert(conv, conv.id in open_ids)
         self._empty.setVisible(not convs)
+        self._highlight()
 
     def upsert(self, conv: Conversation, is_open: bool) -> None:
         """Add or refresh one conversation and move it to the top (it was just used)."""
-        current = self.list.currentItem()
-        current_id = current.data(_ID) if current else None
-        self.remove(conv.id)
-        item = QListWidgetItem(conv.title or "New chat")
-        item.setData(_ID, conv.id)
+        item = self._item(conv.id)
+        if item is None:
+            item = QListWidgetItem()
+            item.setData(_ID, conv.id)
+        else:
+            self.list.takeItem(self.list.row(item))
+        item.setText(conv.title or "New chat")
         item.setData(_WHEN, when(conv.updated))
         item.setData(_OPEN, is_open)
         item.setToolTip(conv.title)
         self.list.insertItem(0, item)
-        if current_id == conv.id:
-            self.list.setCurrentItem(item)
         self._empty.hide()
+        self._highlight()
 
     def set_open(self, cid: str, is_open: bool) -> None:
         item = self._item(cid)
         if item is not None:
             item.setData(_OPEN, is_open)
 
-    def select(self, cid: str) -> None:
-        """Mark the conversation of the current tab, without opening anything."""
-        item = self._item(cid)
-        if item is not None:
-            self.list.setCurrentItem(item)
-        else:
-            self.list.clearSelection()
+    def set_active(self, cid: str | None) -> None:
+        """The conversation of the current tab: it stays the highlighted one, whatever else
+        moves in the list (None: the current tab has no saved conversation yet)."""
+        self._active = cid
+        self._highlight()
 
     def remove(self, cid: str) -> None:
         item = self._item(cid)
         if item is not None:
             self.list.takeItem(self.list.row(item))
         self._empty.setVisible(self.list.count() == 0)
+        self._highlight()
+
+    def highlighted(self) -> str | None:
+        """The id of the highlighted conversation, if any."""
+        items = self.list.selectedItems()
+        return items[0].data(_ID) if items else None
 
     def ids(self) -> list[str]:
         return [self.list.item(i).data(_ID) for i in range(self.list.count())]
+
+    def _highlight(self) -> None:
+        item = self._item(self._active) if self._active else None
+        if item is not None:
+            self.list.setCurrentItem(item)
+        else:
+            self.list.clearSelection()
+            self.list.setCurrentItem(None)
 
     def _item(self, cid: str) -> QListWidgetItem | None:
         return next((self.list.item(i) for i in range(self.list.count()) if self.list.item(i).data(_ID) == cid), None)

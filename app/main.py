@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QApplication
 from engine import paths
 
 from . import APP_ID, APP_NAME, theme
-from .app_settings import load_settings, remove_leftovers
+from .app_settings import load_sampling_chosen, load_settings, remove_leftovers
 from .engine_bridge import EngineBridge
 from .resources import app_icon
 from .store import ConversationStore
@@ -29,7 +29,7 @@ def create_window() -> MainWindow:
     settings, notice = load_settings()
     store = ConversationStore(paths.data_dir() / "conversations")
     notices = store.recover() + ([notice] if notice else [])
-    window = MainWindow(store, EngineBridge(), settings, icon=app_icon())
+    window = MainWindow(store, EngineBridge(), settings, icon=app_icon(), chosen=load_sampling_chosen())
     window.restore(notices)
     return window
 

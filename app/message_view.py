@@ -1,22 +1,34 @@
-"""One message on screen: role, meta line, actions, and a body that is plain text while a reply
-streams (cheap to update 30 times a second) and Markdown with code blocks once it is complete."""
+"""One message on screen: role, meta line, actions, and a body of prose chunks and code blocks.
+
+A reply streams into the same widgets it ends up in: whole paragraphs render as Markdown once they
+close, the paragraph being written shows as plain text, code shows as code from its opening fence,
+and each update inserts only the new characters (see text_view.py).
+"""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QGraphicsOpacityEffect,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from . import theme
 from .conversation import Message
-from .markdown import prose_html, split_blocks
-
-_SELECTABLE = Qt.TextInteractionFlag.TextSelectableByMouse | Qt.TextInteractionFlag.TextSelectableByKeyboard
-_CURSOR = "▍"  # shows a reply is still arriving
+from .markdown import Block, BlockReader, split_blocks
+from .text_view import TextView
 
 
-def _copy_button(text_source, tooltip: str) -> QToolButton:
+def _copy_button(text_source: Callable[[], str], tooltip: str) -> QToolButton:
     """A 'Copy' button that says 'Copied' for a moment, so the click visibly did something."""
     button = QToolButton(text="Copy", toolTip=tooltip, objectName="messageAction")
     button.setCursor(Qt.CursorShape.PointingHandCursor)
@@ -34,46 +46,32 @@ def _copy_button(text_source, tooltip: str) -> QToolButton:
     return button
 
 
-def _label(text: str = "", fmt: Qt.TextFormat = Qt.TextFormat.PlainText, name: str = "") -> QLabel:
-    label = QLabel(text, textFormat=fmt, wordWrap=True, objectName=name)
-    label.setTextInteractionFlags(_SELECTABLE | Qt.TextInteractionFlag.LinksAccessibleByMouse)
-    label.setOpenExternalLinks(True)
-    label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-    return label
-
-
 class CodeBlock(QFrame):
     """A fenced code block: monospace, unwrapped (scrolls sideways), language and Copy on top."""
 
     def __init__(self, code: str, lang: str, parent: QWidget | None = None) -> None:
         super().__init__(parent, objectName="codeBlock")
-        self.code = code
+        self.code = ""
+        self.lang = lang
         header = QFrame(objectName="codeHeader")
         hl = QHBoxLayout(header)
         hl.setContentsMargins(10, 2, 4, 2)
         hl.addWidget(QLabel(lang or "code", objectName="lang"))
         hl.addStretch()
         hl.addWidget(_copy_button(lambda: self.code, "Copy this code"))
-        body = QLabel(code, textFormat=Qt.TextFormat.PlainText, font=theme.code_font())
-        body.setTextInteractionFlags(_SELECTABLE)
-        body.setContentsMargins(10, 8, 10, 8)
-        self._scroll = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
-        self._scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self._scroll.setWidget(body)
-        self._scroll.setStyleSheet("background: transparent;")
-        self._body = body
+        self.view = TextView(wrap=False, font=theme.code_font())
+        self.view.setViewportMargins(10, 8, 10, 8)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         layout.addWidget(header)
-        layout.addWidget(self._scroll)
+        layout.addWidget(self.view)
+        self.sync(code)
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
-        # Show every line: the block is as tall as its text plus a scroll bar when lines overflow.
-        bar = self._scroll.horizontalScrollBar()
-        extra = bar.sizeHint().height() if self._body.sizeHint().width() > self._scroll.viewport().width() else 0
-        self._scroll.setFixedHeight(self._body.sizeHint().height() + extra)
-        super().resizeEvent(event)
+    def sync(self, code: str) -> None:
+        """Show `code`; while it streams, only the characters added since the last call are new."""
+        self.code = code
+        self.view.sync_tail(code)
 
 
 class MessageWidget(QFrame):
@@ -98,17 +96,23 @@ class MessageWidget(QFrame):
         header = QHBoxLayout()
         header.setSpacing(8)
         header.addWidget(self._role)
-        header.addWidget(self._meta)
-        header.addStretch()
+        # The meta line gives way (cut at the right) in a narrow window, so the buttons stay in view.
+        self._meta.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        header.addWidget(self._meta, 1)
         header.addWidget(self._edit)
         header.addWidget(self._regenerate)
         self._copy = _copy_button(lambda: self.message.text, "Copy the whole message")
         header.addWidget(self._copy)
-        self._status = _label(name="status")
+        self._status = QLabel(objectName="status", wordWrap=True)
+        self._status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._status.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         self._status.hide()
         self._body = QVBoxLayout()
         self._body.setSpacing(8)
-        self._stream_label: QLabel | None = None
+        self._views: list[QWidget] = []  # one per block of the body, in order
+        self._reader: BlockReader | None = None  # while a reply streams
+        self._streamed = ""
+        self._finished = 0  # blocks of the streaming reply whose views are final
         layout = QVBoxLayout(self)
         layout.setContentsMargins(14, 8, 14, 12)
         layout.setSpacing(4)
@@ -118,43 +122,118 @@ class MessageWidget(QFrame):
         self.show_final()
         self.update_meta()
 
+    @property
+    def streaming(self) -> bool:
+        return self._reader is not None
+
     # --- body --------------------------------------------------------------------------------
 
     def show_streaming(self) -> None:
-        """Plain text with a cursor; set_text() then only changes one label."""
+        """Get ready for append(): the text arrives in pieces from here on."""
         self._clear_body()
-        self._copy.setVisible(bool(self.message.text))
-        self._stream_label = _label(self.message.text + _CURSOR)
-        self._body.addWidget(self._stream_label)
+        self._reader, self._streamed, self._finished = BlockReader(), "", 0
+        self.set_status("")
+        self._copy.setVisible(False)
+        self._sync_stream()
+        self.append(self.message.text)
+        self.update_meta()
 
-    def set_text(self, text: str) -> None:
-        if self._stream_label is not None:
-            self._stream_label.setText(text + _CURSOR)
-            self._copy.setVisible(bool(text))
+    def append(self, text: str) -> None:
+        """New characters of a streaming reply; costs what they add, not what came before."""
+        if self._reader is None or not text:
+            return
+        self._streamed += text
+        self._reader.feed(text)
+        self._sync_stream()
+        self._copy.setVisible(True)
 
     def show_final(self) -> None:
-        self._clear_body()
+        """The finished message. A reply that streamed here keeps its widgets."""
+        reader, self._reader = self._reader, None
+        if reader is not None and self._streamed == self.message.text:
+            reader.finish()
+            self._sync_blocks(reader.blocks, self._finished)
+        else:
+            self._clear_body()
+            if self.message.role == "user":
+                view = TextView()
+                view.set_plain(self.message.text)
+                self._add_view(view)
+            else:
+                self._sync_blocks(split_blocks(self.message.text))
+        for view in self._views:
+            _text_view(view).set_live(False)
         self.set_status(self.message.error or "", error=bool(self.message.error))
         self._copy.setVisible(bool(self.message.text))
-        if self.message.role == "user":
-            self._body.addWidget(_label(self.message.text))
-            return
-        for block in split_blocks(self.message.text):
-            if block.kind == "code":
-                self._body.addWidget(CodeBlock(block.text, block.lang))
+        self.update_meta()
+
+    def _sync_stream(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        self._sync_blocks(reader.blocks, self._finished)
+        open_at = self._finished = len(reader.blocks)
+        if reader.in_code:
+            code, lang = reader.open_code()
+            view = self._open_view(open_at, CodeBlock, lang)
+            view.sync(code)
+        else:
+            view = self._open_view(open_at, TextView)
+            view.show_prose(*reader.open_prose())
+        for i, other in enumerate(self._views):
+            _text_view(other).set_live(i == open_at)
+
+    def _sync_blocks(self, blocks: list[Block], start: int = 0) -> None:
+        """Views for blocks[start:] (those before are final): the view that was open becomes its
+        finished block, new ones are made, and once streaming is over an open view that nothing
+        became is dropped."""
+        for i in range(start, len(blocks)):
+            block = blocks[i]
+            kind = CodeBlock if block.kind == "code" else TextView
+            view = self._views[i] if i < len(self._views) else None
+            if view is not None and (type(view) is not kind or getattr(view, "lang", "") != block.lang):
+                self._drop_views_from(i)
+                view = None
+            if view is None:
+                view = self._add_view(CodeBlock(block.text, block.lang) if kind is CodeBlock else TextView())
+            if isinstance(view, CodeBlock):
+                view.sync(block.text)
             else:
-                self._body.addWidget(_label(prose_html(block.text), Qt.TextFormat.RichText))
+                view.set_markdown(block.text)
+        if self._reader is None:
+            self._drop_views_from(len(blocks))
+
+    def _open_view(self, index: int, kind: type, lang: str = "") -> QWidget:
+        view = self._views[index] if index < len(self._views) else None
+        if view is not None and (type(view) is not kind or getattr(view, "lang", "") != lang):
+            self._drop_views_from(index)
+            view = None
+        if view is None:
+            view = self._add_view(CodeBlock("", lang) if kind is CodeBlock else TextView())
+        return view
+
+    def _add_view(self, view: QWidget) -> QWidget:
+        self._body.addWidget(view)
+        self._views.append(view)
+        return view
+
+    def _drop_views_from(self, index: int) -> None:
+        for view in self._views[index:]:
+            self._body.removeWidget(view)
+            view.deleteLater()
+        del self._views[index:]
 
     def _clear_body(self) -> None:
-        self._stream_label = None
-        while (item := self._body.takeAt(0)) is not None:
-            if item.widget() is not None:
-                item.widget().deleteLater()
+        self._reader = None
+        self._drop_views_from(0)
+
+    def body_text(self) -> str:
+        """What the body shows, as plain text (code blocks without their header)."""
+        return "\n".join(_text_view(v).text() for v in self._views)
 
     # --- header and status -------------------------------------------------------------------
 
     def set_status(self, text: str, error: bool = False) -> None:
-        """A line under the header: 'Waiting for a free stream', or an error in this reply."""
+        """A line under the body: 'Waiting for a free stream', or an error in this reply."""
         theme.restyle(self._status, "error" if error else "status")
         self._status.setText(text)
         self._status.setVisible(bool(text))
@@ -168,7 +247,8 @@ class MessageWidget(QFrame):
             tps = live_tps if live_tps is not None else m.tok_s
             if tps:
                 parts.append(f"{tps:.1f} tok/s")
-            if m.interrupted and not m.error and live_tps is None:
+            # A reply in progress is marked interrupted on disk (so a crash says so), not on screen.
+            if m.interrupted and not m.error and not self.streaming:
                 parts.append("interrupted")
         self._meta.setText("  ·  ".join(p for p in parts if p))
 
@@ -176,6 +256,22 @@ class MessageWidget(QFrame):
         self._edit.setVisible(edit)
         self._regenerate.setVisible(regenerate)
         self._regenerate.setText("Retry" if self.message.error else "Regenerate")
+        self._regenerate.setToolTip("Try this reply again (Ctrl+R)" if self.message.error
+                                    else "Write this reply again (Ctrl+R)")
+
+    def set_dimmed(self, dimmed: bool) -> None:
+        """Shown faded while an edit would replace it (it stays until the edit is sent)."""
+        effect = self.graphicsEffect()
+        if dimmed and effect is None:
+            effect = QGraphicsOpacityEffect(self)
+            effect.setOpacity(0.45)
+            self.setGraphicsEffect(effect)
+        elif not dimmed and effect is not None:
+            self.setGraphicsEffect(None)
+
+
+def _text_view(view: QWidget) -> TextView:
+    return view.view if isinstance(view, CodeBlock) else view
 
 
 def _clock(iso: str) -> str:

@@ -11,7 +11,7 @@ from . import theme
 
 class Notice(QFrame):
     def __init__(self, text: str, error: bool, action: tuple[str, Callable[[], None]] | None = None,
-                 parent: QWidget | None = None) -> None:
+                 widget: QWidget | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.text = text
         p = self.palette()
@@ -22,7 +22,13 @@ class Notice(QFrame):
         row = QHBoxLayout(self)
         row.setContentsMargins(16, 6, 8, 6)
         label = QLabel(text, wordWrap=True)
-        row.addWidget(label, 1)
+        if widget is not None:  # under the text, e.g. a download with its progress
+            column = QVBoxLayout()
+            column.addWidget(label)
+            column.addWidget(widget)
+            row.addLayout(column, 1)
+        else:
+            row.addWidget(label, 1)
         if action is not None:
             button = QPushButton(action[0])
             button.clicked.connect(action[1])
@@ -43,9 +49,9 @@ class NoticeBar(QWidget):
         self._layout.setContentsMargins(0, 0, 0, 0)
         self._layout.setSpacing(0)
 
-    def add(self, text: str, error: bool = False,
-            action: tuple[str, Callable[[], None]] | None = None) -> Notice:
-        notice = Notice(text, error, action)
+    def add(self, text: str, error: bool = False, action: tuple[str, Callable[[], None]] | None = None,
+            widget: QWidget | None = None) -> Notice:
+        notice = Notice(text, error, action, widget)
         self._layout.addWidget(notice)
         notice.show()  # the layout would only queue the show: notices() must count it at once
         return notice
@@ -53,8 +59,9 @@ class NoticeBar(QWidget):
     def notices(self) -> list[Notice]:
         return [w for w in self.findChildren(Notice) if not w.isHidden()]
 
-    def dismiss(self, prefix: str) -> None:
-        """Drop notices that start with `prefix` (a newer state replaces them)."""
-        for n in self.notices():
-            if n.text.startswith(prefix):
-                n.dismiss()
+    def dismiss(self, prefix: str) -> int:
+        """Drop notices that start with `prefix` (a newer state replaces them); how many went."""
+        gone = [n for n in self.notices() if n.text.startswith(prefix)]
+        for n in gone:
+            n.dismiss()
+        return len(gone)

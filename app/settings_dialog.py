@@ -1,11 +1,16 @@
 """Settings (Ctrl+,): model, engine and sampling defaults, with the memory plan recomputed as
-values change. A plan that cannot fit, or a model the loader refuses, cannot be applied."""
+values change. A plan that cannot fit, or a model the loader refuses, cannot be applied.
+
+Sampling values the user has not set follow the model's recommendation (and change with the
+model); one the user sets stays theirs until "Use the model's values".
+"""
 from __future__ import annotations
 
 import copy
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QSignalBlocker, Qt, QTimer
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -23,9 +28,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import EngineSettings, LanechatError, default_model_path, describe_model, plan
+from engine import EngineSettings, LanechatError, default_model_path, describe_model, model_sampling_defaults, plan
 
 from . import theme
+from .app_settings import MODEL_SAMPLING, recommended_sampling
+from .model_download import DownloadButton
+from .plan_words import plan_sentence
 
 _BACKENDS = [("auto", "Automatic (GPU when there is one)"), ("cupy", "GPU (CuPy)"), ("numpy", "CPU (NumPy)")]
 _KV = [("bf16", "bf16"), ("fp8", "fp8 (half the memory)")]
@@ -57,18 +65,21 @@ def _dspin(lo: float, hi: float, value: float, step: float, decimals: int = 2, s
 
 
 class SettingsDialog(QDialog):
-    def __init__(self, settings: EngineSettings, busy: int = 0, parent: QWidget | None = None) -> None:
+    def __init__(self, settings: EngineSettings, busy: int = 0, chosen: set[str] | None = None,
+                 parent: QWidget | None = None) -> None:
+        """`chosen`: the sampling fields the user set (the rest follow the model); None: all of them."""
         super().__init__(parent, windowTitle="Settings")
         self._base = settings
+        self.chosen = set(MODEL_SAMPLING) if chosen is None else set(chosen)
         self.setMinimumWidth(760)
         s, sp = settings, settings.sampling
 
         # Model
         self.model = QLineEdit(s.model or "", clearButtonEnabled=True)
         self.model.setPlaceholderText(f"Default: {default_model_path()}")
-        browse_file = QPushButton("File…", toolTip="A GGUF file or a safetensors file")
-        browse_dir = QPushButton("Folder…", toolTip="A Hugging Face or MLX model folder")
-        use_default = QPushButton("Default", toolTip="The embedded default model")
+        browse_file = QPushButton("File…", toolTip="A GGUF file or a safetensors file", objectName="browseFile")
+        browse_dir = QPushButton("Folder…", toolTip="A Hugging Face or MLX model folder", objectName="browseFolder")
+        use_default = QPushButton("Default", toolTip="The embedded default model", objectName="useDefault")
         browse_file.clicked.connect(self._pick_file)
         browse_dir.clicked.connect(self._pick_folder)
         use_default.clicked.connect(self.model.clear)
@@ -78,10 +89,14 @@ class SettingsDialog(QDialog):
             model_row.addWidget(b)
         self.model_info = QLabel(objectName="meta", wordWrap=True)
         self.model_info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.download = DownloadButton()
+        self.download.done.connect(self._downloaded)
+        self.download.hide()
         model_box = QGroupBox("Model")
         ml = QVBoxLayout(model_box)
         ml.addLayout(model_row)
         ml.addWidget(self.model_info)
+        ml.addWidget(self.download)
 
         # Engine
         self.backend = _combo(_BACKENDS, s.backend)
@@ -92,8 +107,17 @@ class SettingsDialog(QDialog):
         self.kv_dtype = _combo(_KV, s.kv_dtype)
         self.paging = _combo(_PAGING, s.paging)
         self.page_tokens = _combo([(n, f"{n} tokens") for n in _PAGE_SIZES], s.page_tokens)
-        self.memory = _dspin(0, 4096, s.memory_gib or 0, 0.5, special="Automatic (a safe share of free memory)")
+        # Automatic is a box of its own: a tiny budget typed in is refused by the plan, never
+        # rounded to zero and read as "automatic".
+        self.memory_auto = QCheckBox("Automatic", checked=s.memory_gib is None,
+                                     toolTip="A safe share of the free memory: half of what the weights leave")
+        self.memory = _dspin(0.001, 4096, s.memory_gib or 4.0, 0.5, decimals=3)
         self.memory.setSuffix(" GiB")
+        self.memory.setEnabled(s.memory_gib is not None)
+        self.memory_auto.toggled.connect(lambda auto: self.memory.setEnabled(not auto))
+        memory_row = QHBoxLayout()
+        memory_row.addWidget(self.memory_auto)
+        memory_row.addWidget(self.memory, 1)
         engine_box = QGroupBox("Engine")
         ef = QFormLayout(engine_box)
         ef.addRow("Backend", self.backend)
@@ -102,7 +126,7 @@ class SettingsDialog(QDialog):
         ef.addRow("KV cache dtype", self.kv_dtype)
         ef.addRow("Paging", self.paging)
         ef.addRow("Page size", self.page_tokens)
-        ef.addRow("Memory budget", self.memory)
+        ef.addRow("Memory budget", memory_row)
 
         # Sampling
         self.temperature = _dspin(0, 2, sp.temperature, 0.05, special="0 (greedy)")
@@ -117,6 +141,12 @@ class SettingsDialog(QDialog):
         sf.addRow("Top-k", self.top_k)
         sf.addRow("Max tokens per reply", self.max_tokens)
         sf.addRow("Seed", self.seed)
+        self.sampling_note = QLabel(objectName="meta", wordWrap=True)
+        self.use_model_sampling = QPushButton("Use the model's values",
+                                              toolTip="Temperature, top-p and top-k as the model's makers recommend")
+        self.use_model_sampling.clicked.connect(self._use_model_sampling)
+        sf.addRow(self.sampling_note)
+        sf.addRow(self.use_model_sampling)
 
         columns = QHBoxLayout()
         columns.addWidget(engine_box, 3)
@@ -124,6 +154,7 @@ class SettingsDialog(QDialog):
 
         # The plan, live
         self.plan_label = QLabel(wordWrap=True, textFormat=Qt.TextFormat.PlainText)
+        self.plan_line = ""  # the engine's exact line, also the label's tooltip
         self.plan_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         plan_box = QFrame(objectName="planBox")
         pl = QVBoxLayout(plan_box)
@@ -158,8 +189,12 @@ class SettingsDialog(QDialog):
         for w in (self.parallel, self.context, self.memory, self.temperature, self.top_p, self.top_k,
                   self.max_tokens, self.seed):
             w.valueChanged.connect(self._changed)
+        self.memory_auto.toggled.connect(self._changed)
+        for name, w in self._sampling_boxes().items():
+            w.valueChanged.connect(lambda _v, name=name: self._sampling_set(name))
         self.model.textChanged.connect(self._changed)
         self.fits = False
+        self._from_model: dict[str, float | int] = {}  # what the model recommends
         self.refresh()
 
     def settings(self) -> EngineSettings:
@@ -172,7 +207,7 @@ class SettingsDialog(QDialog):
         s.kv_dtype = self.kv_dtype.currentData()
         s.paging = self.paging.currentData()
         s.page_tokens = self.page_tokens.currentData()
-        s.memory_gib = self.memory.value() or None
+        s.memory_gib = None if self.memory_auto.isChecked() else self.memory.value()
         sp = s.sampling
         sp.temperature = round(self.temperature.value(), 4)
         sp.top_p = round(self.top_p.value(), 4)
@@ -181,17 +216,23 @@ class SettingsDialog(QDialog):
         sp.seed = self.seed.value()
         return s
 
+    def chosen_sampling(self) -> set[str]:
+        """The sampling fields the user set here or before (the others follow the model)."""
+        return set(self.chosen)
+
     def refresh(self) -> None:
         """Describe the model (when it changed) and recompute the plan; enable Apply if it fits."""
         s = self.settings()
         self.page_tokens.setEnabled(s.paging != "off")
         if not self._check_model(s.model):
-            fits, text = False, "No plan: the model above cannot be read."
+            fits, text, line = False, "No plan: the model above cannot be read.", ""
         else:
             p = plan(s)  # never raises: a plan that cannot work says why in p.error
-            fits, text = p.fits, (p.line if p.fits else f"Does not fit: {p.error or p.line}")
+            fits, text, line = p.fits, plan_sentence(p), p.line
         self.fits = fits
+        self.plan_line = line
         self.plan_label.setText(text)
+        self.plan_label.setToolTip(line)
         theme.restyle(self.plan_label, "plan" if fits else "error")
         self.apply_button.setEnabled(self.fits)
 
@@ -199,14 +240,59 @@ class SettingsDialog(QDialog):
         key = model or ""
         if key != self._model_checked:
             self._model_checked = key
-            try:
-                self.model_info.setText(describe_model(model))
-                self._model_ok = True
-            except LanechatError as e:
-                self.model_info.setText(str(e))
+            missing = model is None and not default_model_path().is_file()
+            self.download.setVisible(missing)
+            if missing:
+                self.model_info.setText("The default model (SmolLM2-135M-Instruct, a small model that runs on "
+                                        "any computer) is not downloaded yet.")
                 self._model_ok = False
+            else:
+                try:
+                    self.model_info.setText(describe_model(model))
+                    self._model_ok = True
+                except LanechatError as e:
+                    self.model_info.setText(str(e))
+                    self._model_ok = False
             theme.restyle(self.model_info, "meta" if self._model_ok else "error")
+            self._from_model = model_sampling_defaults(model) if self._model_ok else {}
+            self._show_model_sampling()
         return self._model_ok
+
+    # --- sampling that follows the model -------------------------------------------------------
+
+    def _sampling_boxes(self) -> dict[str, QDoubleSpinBox | QSpinBox]:
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
+
+    def _show_model_sampling(self) -> None:
+        """The fields the user has not set show the model's values."""
+        values = recommended_sampling(self._from_model)
+        for name, box in self._sampling_boxes().items():
+            if name not in self.chosen:
+                with QSignalBlocker(box):  # the model's value, not the user's choice
+                    box.setValue(values[name])
+        said = {"temperature": "temperature", "top_p": "top-p", "top_k": "top-k"}
+        from_model = [f"{said[n]} {values[n]:g}" for n in MODEL_SAMPLING
+                      if n not in self.chosen and n in self._from_model]
+        yours = [said[n] for n in MODEL_SAMPLING if n in self.chosen]
+        parts = []
+        if from_model:
+            parts.append("From the model: " + ", ".join(from_model) + ".")
+        if yours:
+            parts.append("Yours: " + ", ".join(yours) + ".")
+        self.sampling_note.setText(" ".join(parts) or "The model recommends no sampling values: Lanechat's own apply.")
+        self.use_model_sampling.setEnabled(bool(self.chosen))
+
+    def _sampling_set(self, name: str) -> None:
+        self.chosen.add(name)
+        self._show_model_sampling()
+
+    def _use_model_sampling(self) -> None:
+        self.chosen.clear()
+        self._show_model_sampling()
+
+    def _downloaded(self) -> None:
+        self._model_checked = None  # describe the model that is there now
+        self.refresh()
 
     def _changed(self) -> None:
         self.apply_button.setEnabled(False)  # until the plan for these values is known

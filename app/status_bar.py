@@ -1,14 +1,16 @@
-"""The window's bottom line: model, backend and device, the plan line, pool pages in use, and
-how many streams are generating or waiting; while loading, the loader's progress instead. When
-the current tab runs on a remote engine, "remote: <url>" and its model instead; on the right,
-where the local server listens while it does."""
+"""The window's bottom line: model, backend and device, the plan in words (the engine's exact plan
+line as its tooltip), pool pages in use, and how many chats are generating, reading their prompt
+or waiting; while loading, the loader's progress instead. When the current tab runs on a remote
+engine, "remote: <url>" and its model instead; on the right, where the local server listens while
+it does."""
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QPainter, QPaintEvent
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QSizePolicy, QStatusBar, QWidget
 
-from .engine_bridge import EngineBridge
+from .engine_bridge import GENERATING, READING, WAITING, EngineBridge
+from .plan_words import plan_summary
 from .remote_engine import RemoteEngine
 
 
@@ -20,9 +22,9 @@ class _ElidedLabel(QLabel):
         super().__init__(objectName=object_name)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
 
-    def setText(self, text: str) -> None:  # noqa: N802 - Qt override
+    def setText(self, text: str, tooltip: str | None = None) -> None:  # noqa: N802 - Qt override
         super().setText(text)
-        self.setToolTip(text)
+        self.setToolTip(text if tooltip is None else tooltip)
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
         return QSize(40, super().minimumSizeHint().height())
@@ -65,6 +67,8 @@ class StatusBar(QStatusBar):
         bridge.state_changed.connect(self.refresh)
         bridge.progress.connect(self._progress)
         bridge.usage_changed.connect(self._usage)
+        bridge.activity_changed.connect(self._show_pages)
+        self._pool = ""
         self.refresh()
 
     def show_engine(self, remote: RemoteEngine | None) -> None:
@@ -97,7 +101,7 @@ class StatusBar(QStatusBar):
         if info is not None:
             self.model.setText(info.model_name)
             self.device.setText(f"{info.backend} · {info.device}")
-            self.plan.setText(info.plan_line)
+            self.plan.setText(plan_summary(info.plan) if info.plan is not None else info.plan_line, info.plan_line)
         elif loading:
             self.model.setText("Loading model…")
             self.progress.setValue(0)
@@ -115,11 +119,20 @@ class StatusBar(QStatusBar):
         self.progress.setValue(int(fraction * 100))
 
     def _usage(self, usage) -> None:  # engine.Usage
-        streams = (f"{usage.active} generating" + (f", {usage.waiting} waiting" if usage.waiting else "")
-                   if usage.active or usage.waiting else "idle")
-        pool = f"pages {usage.pages_used} / {usage.pages_total}  ·  " if usage.pages_total else ""
-        self.pages.setText(pool + streams)
-        self.pages.setVisible(self._remote is None)
+        self._pool = f"pages {usage.pages_used} / {usage.pages_total}  ·  " if usage.pages_total else ""
+        self._show_pages()
+
+    def _show_pages(self) -> None:
+        # Streams as the app knows them (at once); the engine's usage is polled, and it counts a
+        # prompt being read only once its first step is done.
+        counts = self.bridge.activity()
+        parts = [f"{counts[GENERATING]} generating"] if counts[GENERATING] else []
+        if counts[READING]:
+            parts.append(f"{counts[READING]} reading {'a prompt' if counts[READING] == 1 else 'prompts'}")
+        if counts[WAITING]:
+            parts.append(f"{counts[WAITING]} waiting")
+        self.pages.setText(self._pool + (", ".join(parts) or "idle"))
+        self.pages.setVisible(self._remote is None and self.bridge.info is not None)
 
 
 def _first_line(text: str) -> str:

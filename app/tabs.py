@@ -1,5 +1,6 @@
 """The tab strip: movable, closable, renamed in place by double-click, a dot per tab that is
-waiting (amber) or generating (accent), so parallel streams are visible at a glance."""
+waiting (amber) or generating (accent), so parallel streams are visible at a glance. Tabs keep
+their width; when they do not fit, the strip scrolls."""
 from __future__ import annotations
 
 from functools import cache
@@ -34,6 +35,10 @@ class _TabBar(QTabBar):
         hint = super().tabSizeHint(index)
         return QSize(min(hint.width(), self.MAX_WIDTH), hint.height())
 
+    def minimumTabSizeHint(self, index: int) -> QSize:  # noqa: N802 - Qt override
+        # Many tabs scroll (the arrows appear) instead of shrinking every label to "Nam…".
+        return self.tabSizeHint(index)
+
 
 class ConversationTabs(QTabWidget):
     new_tab_requested = Signal()
@@ -41,6 +46,8 @@ class ConversationTabs(QTabWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setTabBar(_TabBar())
+        # Not a Tab stop: tabs switch with Ctrl+Tab / Ctrl+PgUp, as in browsers.
+        self.tabBar().setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.setMovable(True)
         self.setTabsClosable(True)
         self.setDocumentMode(True)

@@ -42,6 +42,7 @@ def apply(app: QApplication) -> None:
     user_bg = mix(base, accent, 0.10)
     code_bg = mix(base, text, 0.05)
     border = mix(base, text, 0.14)
+    focus = mix(accent, text, 0.55)  # a ring that shows on the accent-coloured button too
     app.setStyleSheet(f"""
         QScrollArea#chatView, QWidget#chatColumn {{ background: {base.name()}; border: none; }}
         QFrame#userMessage {{ background: {user_bg.name()}; border: 1px solid {mix(user_bg, accent, 0.25).name()};
@@ -55,14 +56,28 @@ def apply(app: QApplication) -> None:
         QFrame#codeBlock QLabel#lang {{ color: {muted(p).name()}; }}
         QFrame#codeHeader {{ border: none; border-bottom: 1px solid {border.name()}; }}
         QFrame#composer {{ background: {base.name()}; border: 1px solid {border.name()}; border-radius: 10px; }}
-        QFrame#composer QPlainTextEdit {{ border: none; background: transparent; }}
+        QFrame#composerFocused {{ background: {base.name()}; border: 2px solid {accent.name()}; border-radius: 10px; }}
         QWidget#composerBar {{ background: {base.name()}; }}
-        QToolButton#messageAction {{ border: none; padding: 2px 6px; color: {muted(p).name()}; border-radius: 4px; }}
+        QPushButton {{ background: {mix(window, base, 0.5).name()}; border: 1px solid {mix(border, text, 0.15).name()};
+                       border-radius: 6px; padding: 4px 12px; }}
+        QPushButton:hover {{ background: {mix(base, accent, 0.08).name()}; }}
+        QPushButton:pressed {{ background: {mix(base, accent, 0.18).name()}; }}
+        QPushButton:disabled {{ color: {muted(p).name()}; }}
+        QPushButton:focus {{ border: 2px solid {accent.name()}; padding: 3px 11px; }}
+        QPushButton:flat {{ border: none; background: transparent; }}
+        QPushButton:flat:focus {{ border: 2px solid {accent.name()}; }}
+        QToolButton#messageAction {{ border: 1px solid transparent; padding: 2px 6px; color: {muted(p).name()};
+                                     border-radius: 4px; }}
         QToolButton#messageAction:hover {{ background: {mix(base, text, 0.08).name()}; color: {text.name()}; }}
+        QToolButton#messageAction:focus {{ border: 1px solid {accent.name()}; color: {text.name()}; }}
         QPushButton#primary {{ background: {accent.name()}; color: {p.color(QPalette.ColorRole.HighlightedText).name()};
-                               border: none; border-radius: 6px; padding: 6px 16px; font-weight: 600; }}
-        QPushButton#primary:disabled {{ background: {mix(accent, window, 0.6).name()}; }}
+                               border: 2px solid {accent.name()}; border-radius: 6px; padding: 5px 15px;
+                               font-weight: 600; }}
+        QPushButton#primary:focus {{ border: 2px solid {focus.name()}; }}
+        QPushButton#primary:disabled {{ background: {mix(accent, window, 0.6).name()};
+                                        border-color: {mix(accent, window, 0.6).name()}; }}
         QPushButton#stop {{ border: 1px solid {border.name()}; border-radius: 6px; padding: 6px 16px; }}
+        QPushButton#stop:focus {{ border: 2px solid {accent.name()}; padding: 5px 15px; }}
         QWidget#systemPromptBar {{ background: {base.name()}; border-bottom: 1px solid {border.name()}; }}
         QFrame#planBox {{ border: 1px solid {border.name()}; border-radius: 6px; background: {code_bg.name()}; }}
         QStatusBar QLabel {{ padding: 0 6px; }}

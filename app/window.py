@@ -3,10 +3,12 @@ the session (open tabs, geometry) and turns Settings into an engine restart."""
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Callable
 
-from PySide6.QtCore import QByteArray, Qt
+import platformdirs
+from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -22,30 +24,48 @@ from PySide6.QtWidgets import (
 from engine import EngineSettings, LanechatError
 
 from . import APP_NAME
-from .app_settings import Session, load_session, save_session, save_settings
+from .app_settings import MODEL_SAMPLING, Session, load_session, save_session, save_settings, with_model_sampling
 from .chat_tab import ChatTab
 from .connections import Connections, load_connections, save_connections
 from .conversation import Conversation, FormatError
-from .engine_bridge import EngineBridge
+from .engine_bridge import EngineBridge, in_thread
 from .engines import EngineChoices
 from .engines_dialog import EnginesDialog
 from .history import HistoryPanel
 from .local_server import LocalServer
+from .model_download import DownloadButton
 from .notice_bar import NoticeBar
 from .remote_engine import RemoteEngine
+from .saver import Saver
 from .settings_dialog import SettingsDialog
 from .status_bar import StatusBar
 from .store import ConversationStore
 from .tabs import ConversationTabs
 
 _LOAD_FAILED = "The model could not be loaded"
+_NO_MODEL = "Lanechat needs a model to chat with"
+_SAVE_FAILED = "Could not save"
+_UNSAFE_IN_NAMES = re.compile(r'[\x00-\x1f<>:"/\\|?*]+')
+
+
+def export_path(conv: Conversation, folder: Path | None = None) -> Path:
+    """Where an export goes unless the user picks another place: the documents folder, named
+    after the conversation's title as written (without what file names cannot hold)."""
+    if folder is None:
+        documents = Path(platformdirs.user_documents_dir())
+        folder = documents if documents.is_dir() else Path.home()
+    name = " ".join(_UNSAFE_IN_NAMES.sub(" ", conv.title).split())[:80].strip(" .") or "Conversation"
+    return folder / f"{name}.md"
 
 
 class MainWindow(QMainWindow):
     def __init__(self, store: ConversationStore, bridge: EngineBridge, settings: EngineSettings,
-                 icon: QIcon | None = None) -> None:
+                 icon: QIcon | None = None, chosen: set[str] | None = None, saver: Saver | None = None) -> None:
+        """`chosen`: the sampling fields the user set (the rest follow the model); None: all."""
         super().__init__()
         self.store, self.bridge, self.settings = store, bridge, settings
+        self.chosen = set(MODEL_SAMPLING) if chosen is None else set(chosen)
+        self.saver = saver or Saver()
         self.setWindowTitle(APP_NAME)
         if icon is not None:
             self.setWindowIcon(icon)
@@ -53,6 +73,7 @@ class MainWindow(QMainWindow):
         self.tabs.tabCloseRequested.connect(lambda i: self.close_tab(self.tabs.widget(i)))
         self.tabs.new_tab_requested.connect(self.new_tab)
         self.tabs.currentChanged.connect(self._current_changed)
+        self.tabs.tabBar().tabMoved.connect(lambda _a, _b: self.session_changed())
         self.history = HistoryPanel()
         self.history.open_requested.connect(self.open_conversation)
         self.history.delete_requested.connect(self.delete_conversation)
@@ -82,6 +103,9 @@ class MainWindow(QMainWindow):
         self.local_server.changed.connect(lambda: self.status.set_serving(self.local_server.url))
         self._build_menus()
         self._quitting = False
+        self._restoring = False
+        self._save_errors = QTimer(self, interval=1000, timeout=self._show_save_errors)
+        self._save_errors.start()
 
     # --- menus ------------------------------------------------------------------------------
 
@@ -111,7 +135,7 @@ class MainWindow(QMainWindow):
         self._action(m, "&Quit", self.close, "Ctrl+Q")
 
         m = bar.addMenu("&Conversation")
-        self._action(m, "&Stop reply", lambda: self._on_tab(ChatTab.stop), "Esc")
+        self._action(m, "&Stop reply or cancel edit", lambda: self._on_tab(ChatTab.escape), "Esc")
         self._action(m, "&Regenerate last reply", lambda: self._on_tab(ChatTab.regenerate), "Ctrl+R")
         self._action(m, "&Edit last message", lambda: self._on_tab(ChatTab.edit_last), "Ctrl+E")
         self._action(m, "Copy last &reply", self._copy_last_reply, "Ctrl+Shift+C")
@@ -125,7 +149,8 @@ class MainWindow(QMainWindow):
         self.sidebar_action.setCheckable(True)
         self.sidebar_action.setChecked(True)
         self._action(m, "&Next tab", lambda: self._cycle(1), "Ctrl+Tab", "Ctrl+PgDown")
-        self._action(m, "&Previous tab", lambda: self._cycle(-1), "Ctrl+Shift+Backtab", "Ctrl+PgUp")
+        # Qt matches Ctrl+Shift+Tab presses (which arrive as Backtab) to this, and shows it readably.
+        self._action(m, "&Previous tab", lambda: self._cycle(-1), "Ctrl+Shift+Tab", "Ctrl+PgUp")
 
     # --- tabs -------------------------------------------------------------------------------
 
@@ -133,7 +158,7 @@ class MainWindow(QMainWindow):
         return self.tabs.currentWidget()
 
     def new_tab(self, conversation: Conversation | None = None) -> ChatTab:
-        tab = ChatTab(conversation or Conversation(), self.store, self.bridge, engines=self.engines)
+        tab = ChatTab(conversation or Conversation(), self.store, self.bridge, engines=self.engines, saver=self.saver)
         tab.saved.connect(self._saved)
         tab.engine_changed.connect(self._show_tab_engine)
         tab.add_remote_requested.connect(self.open_engines)
@@ -141,6 +166,7 @@ class MainWindow(QMainWindow):
         self.tabs.add(tab)
         self.history.set_open(tab.conversation.id, True)
         tab.setFocus()
+        self.session_changed()
         return tab
 
     def close_tab(self, tab: ChatTab | None) -> None:
@@ -152,6 +178,7 @@ class MainWindow(QMainWindow):
         tab.deleteLater()
         if self.tabs.count() == 0 and not self._quitting:
             self.new_tab()  # there is always somewhere to type
+        self.session_changed()
 
     def open_conversation(self, cid: str) -> None:
         """Show its tab if it is open, else load it into a new tab."""
@@ -175,6 +202,7 @@ class MainWindow(QMainWindow):
         """Remove a tab without saving: it is blank, or its conversation is being deleted."""
         self.tabs.removeTab(self.tabs.indexOf(tab))
         tab.deleteLater()
+        self.session_changed()
 
     @staticmethod
     def _is_blank(tab: ChatTab) -> bool:
@@ -210,8 +238,7 @@ class MainWindow(QMainWindow):
         except FormatError as e:
             self.notices.add(str(e), error=True)
             return
-        name = "".join(c if c.isalnum() or c in " -_" else "_" for c in conv.title or "conversation").strip()
-        path, _ = QFileDialog.getSaveFileName(self, "Export to Markdown", str(Path.home() / f"{name}.md"),
+        path, _ = QFileDialog.getSaveFileName(self, "Export to Markdown", str(export_path(conv)),
                                               "Markdown (*.md)")
         if path:
             self.store.export_markdown(conv, Path(path))
@@ -230,21 +257,34 @@ class MainWindow(QMainWindow):
         session = load_session()
         convs, bad = self.store.load_all()
         by_id = {c.id: c for c in convs}
-        for cid in session.open_tabs:
-            if cid in by_id:
-                self.new_tab(by_id[cid])
-        if self.tabs.count() == 0:
-            self.new_tab()
-        self.tabs.setCurrentIndex(min(max(session.active, 0), self.tabs.count() - 1))
-        self.history.set_conversations(convs, {t.conversation.id for t in self.tabs.tabs()})
+        # The geometry first: the session written once the tabs are back records this window.
         if not (session.geometry and self.restoreGeometry(QByteArray.fromBase64(session.geometry.encode()))):
             self._first_geometry()
         if session.splitter:
             self.splitter.restoreState(QByteArray.fromBase64(session.splitter.encode()))
         self._set_sidebar(session.sidebar)
+        self._restoring = True  # a crash while reopening must not leave half the list on disk
+        try:
+            for cid in session.open_tabs:
+                if cid in by_id:
+                    self.new_tab(by_id[cid])
+            if self.tabs.count() == 0:
+                self.new_tab()
+            self.tabs.setCurrentIndex(self._restored_index(session, by_id))
+        finally:
+            self._restoring = False
+        self.history.set_conversations(convs, {t.conversation.id for t in self.tabs.tabs()})
+        self._current_changed()
         for text in notices + bad + ([self._connections_notice] if self._connections_notice else []):
             self.notices.add(text, error=True)
         self._apply_server()
+
+    def _restored_index(self, session: Session, by_id: dict[str, Conversation]) -> int:
+        """The tab that was active; tabs with no file (blank ones) are not reopened, so count
+        the reopened tabs up to it rather than trusting the saved index."""
+        active = min(max(session.active, 0), max(len(session.open_tabs) - 1, 0))
+        before = sum(1 for cid in session.open_tabs[:active + 1] if cid in by_id)
+        return min(max(before - 1, 0), self.tabs.count() - 1)
 
     def _first_geometry(self) -> None:
         """A comfortable size that fits the screen, centred: the first run has no saved geometry."""
@@ -254,19 +294,28 @@ class MainWindow(QMainWindow):
         frame.moveCenter(area.center())
         self.move(frame.topLeft())
 
-    def save_session(self) -> None:
-        save_session(Session(
+    def session(self) -> Session:
+        return Session(
             open_tabs=[t.conversation.id for t in self.tabs.tabs()],
             active=self.tabs.currentIndex(),
             geometry=bytes(self.saveGeometry().toBase64()).decode(),
             splitter=bytes(self.splitter.saveState().toBase64()).decode(),
-            sidebar=self.sidebar_action.isChecked()))
+            sidebar=self.sidebar_action.isChecked())
+
+    def session_changed(self) -> None:
+        """Tabs opened, closed, moved or switched: write the session now (in the background), so a
+        crash reopens what was open, not what was open at the last clean quit."""
+        if not (self._restoring or self._quitting):
+            session = self.session()
+            self.saver.later("session", lambda: save_session(session))
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         self._quitting = True
         for tab in self.tabs.tabs():
             tab.detach()  # replies in progress are saved as interrupted
-        self.save_session()
+        session = self.session()
+        self.saver.now("session", lambda: save_session(session))
+        self.saver.flush()
         self.local_server.stop()
         self.bridge.shutdown_now()
         event.accept()
@@ -274,15 +323,18 @@ class MainWindow(QMainWindow):
     # --- engine ---------------------------------------------------------------------------------
 
     async def start_engine(self) -> bool:
-        """Load the model in the settings; a failure is a notice, and the app stays usable."""
+        """Load the model in the settings; a failure is a notice, and the app stays usable.
+        Sampling the user did not choose follows the model's recommendation."""
         try:
-            await self.bridge.start(self.settings)
+            effective = await in_thread(with_model_sampling, self.settings, self.chosen)
+            await self.bridge.start(effective)
         except LanechatError:
             return False
         return True
 
-    async def apply_settings(self, settings: EngineSettings) -> bool:
-        """Restart the engine with new settings behind a progress dialog; keep them if it loads."""
+    async def apply_settings(self, settings: EngineSettings, chosen: set[str] | None = None) -> bool:
+        """Restart the engine with new settings behind a progress dialog; keep them if it loads.
+        `chosen`: the sampling fields the user set (None: as before)."""
         dialog = QProgressDialog("Restarting the engine…", "", 0, 100, self, windowTitle="Applying settings")
         dialog.setCancelButton(None)
         dialog.setWindowModality(Qt.WindowModality.WindowModal)
@@ -293,19 +345,21 @@ class MainWindow(QMainWindow):
             lambda what, f: (dialog.setLabelText(f"Restarting the engine: {what}…"), dialog.setValue(int(f * 100))))
         try:
             self.settings = settings
+            if chosen is not None:
+                self.chosen = set(chosen)
             ok = await self.start_engine()
         finally:
             self.bridge.progress.disconnect(progress)
             dialog.close()
             dialog.deleteLater()
         if ok:
-            save_settings(settings)
+            save_settings(settings, self.chosen)
         return ok
 
     def open_settings(self) -> None:
-        dialog = SettingsDialog(self.settings, busy=self.bridge.busy, parent=self)
+        dialog = SettingsDialog(self.settings, busy=self.bridge.busy, chosen=self.chosen, parent=self)
         if dialog.exec():
-            asyncio.ensure_future(self.apply_settings(dialog.settings()))
+            asyncio.ensure_future(self.apply_settings(dialog.settings(), dialog.chosen_sampling()))
 
     def open_engines(self) -> None:
         dialog = EnginesDialog(self.connections, parent=self)
@@ -335,10 +389,27 @@ class MainWindow(QMainWindow):
     def _engine_state(self) -> None:
         if self.bridge.state == "failed":
             self.notices.dismiss(_LOAD_FAILED)
-            self.notices.add(f"{_LOAD_FAILED}: {self.bridge.error}", error=True,
-                             action=("Open Settings…", self.open_settings))
+            self.notices.dismiss(_NO_MODEL)
+            if self.bridge.missing_default:
+                download = DownloadButton()
+                download.done.connect(self._default_downloaded)
+                self.notices.add(f"{_NO_MODEL}. The default one is small, runs on any computer, and "
+                                 "is downloaded once.", widget=download,
+                                 action=("Choose another model…", self.open_settings))
+            else:
+                self.notices.add(f"{_LOAD_FAILED}: {self.bridge.error}", error=True,
+                                 action=("Open Settings…", self.open_settings))
         elif self.bridge.state in ("starting", "ready"):
-            self.notices.dismiss(_LOAD_FAILED)
+            if self.notices.dismiss(_LOAD_FAILED) + self.notices.dismiss(_NO_MODEL):
+                self._on_tab(lambda tab: tab.setFocus())  # not whatever follows the notice's buttons
+
+    def _default_downloaded(self) -> None:
+        if self.settings.model is None and self.bridge.state != "starting":
+            asyncio.ensure_future(self.start_engine())
+
+    def _show_save_errors(self) -> None:
+        for error in self.saver.errors():
+            self.notices.add(f"{_SAVE_FAILED} {error}", error=True)
 
     # --- small actions ----------------------------------------------------------------------------
 
@@ -356,6 +427,7 @@ class MainWindow(QMainWindow):
 
     def _toggle_sidebar(self) -> None:
         self._set_sidebar(self.sidebar_action.isChecked())
+        self.session_changed()
 
     def _set_sidebar(self, visible: bool) -> None:
         self.history.setVisible(visible)
@@ -367,14 +439,12 @@ class MainWindow(QMainWindow):
 
     def _saved(self, conv: Conversation) -> None:
         self.history.upsert(conv, True)
-        current = self.current_tab()
-        if current is not None and current.conversation is conv:
-            self.history.select(conv.id)
 
     def _current_changed(self) -> None:
         tab = self.current_tab()
         self.setWindowTitle(f"{tab.title} — {APP_NAME}" if tab is not None else APP_NAME)
+        self.history.set_active(tab.conversation.id if tab is not None else None)
         if tab is not None:
-            self.history.select(tab.conversation.id)
             tab.setFocus()
         self._show_tab_engine()
+        self.session_changed()

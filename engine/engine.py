@@ -33,6 +33,7 @@ class EngineInfo:
     pages_total: int
     context: int
     parallel: int
+    plan: Plan | None = None  # the plan the engine runs (plan_line is its line)
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,7 @@ class Engine:
             return
         b, lm = self.runner.backend, self.runner.loaded
         self.info = EngineInfo(lm.name, b.name, b.device, sched.plan.line, sched.plan.pages_total,
-                               self.settings.context, self.settings.parallel)
+                               self.settings.context, self.settings.parallel, sched.plan)
         self.log(sched.plan.line)
         self._ready.set()
         self._loop(sched)

@@ -103,7 +103,8 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
 
 
 def plan_line(p: Plan) -> str:
-    """The seed's words: `plan: the engine's own and 7 more on 1039 pages (16.23 GiB), no window`."""
+    """The seed's words: `plan: the engine's own and 7 more on 1039 pages (16.23 GiB), no window`.
+    What the seed's line did not have follows it after " · ", so the line starts the same."""
     pool = f"{p.pool_pages} pages ({gib(p.pool_pages * p.page_bytes)})"
     window = gib(p.window_pages * p.page_bytes)
     others = p.parallel - 1
@@ -117,9 +118,9 @@ def plan_line(p: Plan) -> str:
         windows = f"{p.parallel} window{'s' if p.parallel > 1 else ''}"
         line = f"plan: {windows} of {p.context} tokens ({gib(p.kv_bytes)}), no pages"
     if p.state_bytes:
-        line += f", recurrent state {gib(p.state_bytes)}"
+        line += f" · recurrent state {gib(p.state_bytes)}"
     if p.graph_bytes:
-        line += f", decode graphs {gib(p.graph_bytes)}"
+        line += f" · decode graphs {gib(p.graph_bytes)}"
     if p.unified:
         line += " · unified memory"
     return line

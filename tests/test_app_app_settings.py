@@ -42,3 +42,26 @@ def test_session_round_trip_and_damage(app_home):
     assert load_session() == Session()
     session_path().write_text("[]")
     assert load_session() == Session()
+
+
+def test_sampling_the_user_chose_is_remembered(app_home):
+    from app.app_settings import load_sampling_chosen
+    assert load_sampling_chosen() == set()  # no file: everything follows the model
+    save_settings(EngineSettings(), {"temperature"})
+    assert load_sampling_chosen() == {"temperature"}
+    save_settings(EngineSettings())  # without a set: the values are the user's own
+    assert load_sampling_chosen() == {"temperature", "top_p", "top_k"}
+    # A file from before the choice was recorded: what differs from the defaults was set by the user.
+    settings_path().write_text('{"format_version": 1, "engine": {"sampling": {"temperature": 0.7, "top_p": 0.5}}}')
+    assert load_sampling_chosen() == {"top_p"}
+
+
+def test_replies_use_the_models_sampling_unless_the_user_chose(app_home, default_model):
+    from app.app_settings import with_model_sampling
+    s = EngineSettings(model=default_model, sampling=SamplingParams(temperature=0.7, top_p=0.95, top_k=40,
+                                                                    max_tokens=99))
+    first = with_model_sampling(s, set()).sampling
+    assert (first.temperature, first.top_p, first.top_k, first.max_tokens) == (0.2, 0.9, 40, 99)
+    mine = with_model_sampling(s, {"temperature"}).sampling
+    assert (mine.temperature, mine.top_p) == (0.7, 0.9)
+    assert s.sampling.temperature == 0.7  # the settings themselves are untouched

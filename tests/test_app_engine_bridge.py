@@ -1,128 +1,9 @@
 """The engine ↔ Qt bridge without a window: coalescing, ordering, loading, restarts, failures."""
-import threading
-import time
-
 import pytest
+from fake_engine import Sink, _stop_fake_engines, bridge_with  # noqa: F401 - the fixture applies here
 
 from app.engine_bridge import EngineBridge
-from engine import (
-    EngineSettings,
-    Finished,
-    LanechatError,
-    ModelError,
-    RequestError,
-    SamplingParams,
-    Started,
-    Token,
-    Usage,
-)
-
-
-class Sink:
-    def __init__(self):
-        self.calls = []
-        self.text = ""
-        self.text_times = []
-
-    def on_queued(self, ahead, reason):
-        self.calls.append(("queued", ahead, reason))
-
-    def on_started(self, prompt_tokens):
-        self.calls.append(("started", prompt_tokens))
-
-    def on_text(self, text, tokens):
-        self.calls.append(("text", text, tokens))
-        self.text += text
-        self.text_times.append(time.monotonic())
-
-    def on_finished(self, event):
-        self.calls.append(("finished", event.reason))
-
-    def on_failed(self, message):
-        self.calls.append(("failed", message))
-
-    @property
-    def done(self):
-        return bool(self.calls) and self.calls[-1][0] in ("finished", "failed")
-
-
-class FakeEngine:
-    """The Engine's public surface; each request types `n` tokens from its own thread."""
-
-    def __init__(self, settings, n=300, gap=0.0005, fail_start=None, refuse=None, hold=False):
-        self.settings, self.n, self.gap, self.fail_start, self.refuse = settings, n, gap, fail_start, refuse
-        self.cancelled = set()
-        self.next_id = 0
-        self.threads = []
-        self.callbacks = {}
-        self.release = threading.Event()  # start() loads until this is set
-        if not hold:
-            self.release.set()
-
-    def start(self, progress=None):
-        self.release.wait(5)
-        if progress:
-            progress("loading", 0.5)
-        if self.fail_start:
-            raise ModelError(self.fail_start)
-
-    def submit(self, messages, sampling=None, on_event=None):
-        if self.refuse:
-            raise RequestError(self.refuse)
-        self.next_id += 1
-        rid = self.next_id
-        self.callbacks[rid] = on_event
-        t = threading.Thread(target=self._run, args=(rid, on_event), daemon=True)
-        self.threads.append(t)
-        t.start()
-        return rid
-
-    def _run(self, rid, on_event):
-        on_event(Started(rid, 0, 5))
-        for i in range(self.n):
-            if rid in self.cancelled:
-                on_event(Finished(rid, "cancelled", "x" * i, i, 5, 1.0, 1.0))
-                return
-            on_event(Token(rid, 1, "x", i + 1))
-            time.sleep(self.gap)
-        on_event(Finished(rid, "length", "x" * self.n, self.n, 5, 1.0, 100.0))
-
-    def cancel(self, rid):
-        self.cancelled.add(rid)
-
-    def usage(self):
-        return Usage(1, 10, 1, 0)
-
-    def shutdown(self):
-        for rid in range(1, self.next_id + 1):
-            self.cancelled.add(rid)
-        for t in self.threads:
-            t.join()
-
-    @property
-    def info(self):
-        return "fake-info"
-
-
-_LIVE: list = []  # every fake engine of the running test
-
-
-@pytest.fixture(autouse=True)
-def _stop_fake_engines():
-    """No fake engine thread may outlive its test: it would emit into a deleted bridge."""
-    yield
-    while _LIVE:
-        _LIVE.pop().shutdown()
-
-
-def bridge_with(**kw):
-    engines = []
-
-    def factory(settings):
-        engines.append(FakeEngine(settings, **kw))
-        _LIVE.append(engines[-1])
-        return engines[-1]
-    return EngineBridge(factory), engines
+from engine import EngineSettings, Finished, LanechatError, ModelError, RequestError, SamplingParams
 
 
 def test_tokens_are_coalesced_and_in_order(qtbot, run_async):
@@ -259,3 +140,33 @@ def test_real_engine_streams_on_numpy(qtbot, run_async, app_home, app_model):
     assert sink.calls[-1][0] == "finished" and sink.text
     run_async(bridge.stop())
     assert bridge.state == "stopped"
+
+
+def test_activity_tells_reading_from_generating(qtbot, run_async):
+    bridge, engines = bridge_with(n=100000, gap=0.001, reading=True)
+    run_async(bridge.start(EngineSettings()))
+    changes = []
+    bridge.activity_changed.connect(lambda: changes.append(bridge.activity()))
+    sink = Sink()
+    bridge.submit([], None, sink)
+    qtbot.waitUntil(lambda: ("started", 5) in sink.calls, timeout=5000)
+    qtbot.waitUntil(lambda: bridge.activity() == {"waiting": 0, "reading": 1, "generating": 0}, timeout=2000)
+    engines[0].read.set()  # the prompt is read: tokens follow
+    qtbot.waitUntil(lambda: bridge.activity() == {"waiting": 0, "reading": 0, "generating": 1}, timeout=5000)
+    assert changes and changes[-1]["generating"] == 1
+
+
+def test_the_number_ahead_counts_only_requests_still_waiting(qtbot, run_async):
+    bridge, engines = bridge_with(n=100000, gap=0.001, queue_first=True)
+    run_async(bridge.start(EngineSettings()))
+    sinks = [Sink() for _ in range(3)]
+    tickets = [bridge.submit([], None, s) for s in sinks]
+    qtbot.waitUntil(lambda: bool(sinks[0].text) and bridge.activity()["waiting"] == 2, timeout=5000)
+    assert ("queued", 0, "waiting for a free stream") in sinks[1].calls
+    assert sinks[2].calls[-1] == ("queued", 1, "waiting for a free stream")
+    bridge.cancel(tickets[0])  # the first ends: the third now has nobody waiting ahead of it
+    qtbot.waitUntil(lambda: bool(sinks[1].text), timeout=5000)
+    assert ("queued", 0, "waiting for a free stream") in sinks[2].calls
+    for t in tickets[1:]:
+        bridge.cancel(t)
+    qtbot.waitUntil(lambda: all(s.done for s in sinks), timeout=5000)

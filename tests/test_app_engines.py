@@ -57,7 +57,8 @@ def test_the_window_applies_remotes_and_the_local_server(qtbot, run_async, app_h
     assert window.status.remote.text() == "remote: http://127.0.0.1:9  ·  m"
     window.apply_connections(Connections(server=ServerConfig(enabled=True, port=0)))
     assert tab.bridge is window.bridge and tab.conversation.engine == LOCAL
-    assert not window.status.remote.isVisible() and window.status.plan.text().startswith("plan:")
+    assert not window.status.remote.isVisible() and window.status.plan.isVisible()
+    assert window.status.plan.toolTip().startswith("plan:")  # the plan in words, the exact line as tooltip
     url = window.local_server.url
     assert window.status.serving.text() == f"Serving on {url}" and not window.status.serving.isHidden()
     assert httpx.get(url + "/models").json()["data"][0]["id"] == window.bridge.info.model_name

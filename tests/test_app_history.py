@@ -14,7 +14,7 @@ def test_newest_first_and_upsert_moves_to_top(qtbot):
     with qtbot.waitSignal(panel.open_requested) as opened:
         panel.list.itemClicked.emit(panel.list.item(1))
     assert opened.args == [a.id]
-    panel.select(a.id)
+    panel.set_active(a.id)
     panel.upsert(a, True)
     assert panel.ids() == [a.id, b.id] and panel.list.currentItem().text() == "a"
     panel.remove(b.id)
@@ -27,7 +27,7 @@ def test_delete_key_asks_to_delete_the_current_item(qtbot):
     qtbot.addWidget(panel)
     c = Conversation(title="x")
     panel.set_conversations([c], set())
-    panel.select(c.id)
+    panel.set_active(c.id)
     with qtbot.waitSignal(panel.delete_requested) as asked:
         qtbot.keyClick(panel.list, Qt.Key.Key_Delete)
     assert asked.args == [c.id]
@@ -40,3 +40,30 @@ def test_relative_dates():
     old = now - timedelta(days=400)
     assert when(old.isoformat()).endswith(str(old.astimezone().year))
     assert when("garbage") == ""
+
+
+def test_new_chat_button_asks_for_a_tab(qtbot):
+    from PySide6.QtCore import Qt
+    panel = HistoryPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    with qtbot.waitSignal(panel.new_requested, timeout=1000):
+        qtbot.mouseClick(panel.new_button, Qt.MouseButton.LeftButton)
+
+
+def test_the_active_conversation_stays_highlighted_while_others_move(qtbot):
+    panel = HistoryPanel()
+    qtbot.addWidget(panel)
+    a, b, c = Conversation(title="a"), Conversation(title="b"), Conversation(title="c")
+    panel.set_conversations([c, b, a], open_ids={a.id, b.id})
+    panel.set_active(a.id)
+    panel.upsert(b, True)  # another tab's conversation was saved: it moves to the top
+    panel.upsert(c, False)
+    assert panel.ids()[:2] == [c.id, b.id] and panel.highlighted() == a.id
+    panel.remove(b.id)
+    assert panel.highlighted() == a.id
+    panel.set_active(None)
+    assert panel.highlighted() is None
+    panel.set_conversations([a, b], open_ids=set())
+    panel.set_active(b.id)
+    assert panel.highlighted() == b.id

@@ -139,7 +139,7 @@ def test_a_remote_tab_and_a_local_tab_at_once_and_the_server_dying_fails_only_it
         assert window.status.remote.text() == f"remote: {dying.url}  ·  tiny-llama"
         near = window.new_tab()
         assert near.bridge is window.bridge and not window.status.remote.isVisible()
-        assert window.status.plan.text().startswith("plan:")
+        assert window.status.plan.isVisible() and window.status.plan.toolTip().startswith("plan:")
         window.tabs.setCurrentWidget(far)
         assert window.status.remote.isVisible() and not window.status.plan.isVisible()
 

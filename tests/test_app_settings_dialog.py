@@ -1,6 +1,13 @@
-"""The settings dialog: values in and out, the live plan, refusing plans and models that fail."""
-import pytest
+"""The settings dialog: values in and out, the live plan in words (the exact line as tooltip),
+refusing plans and models that fail, sampling that follows the model, and every button clicked."""
+import json
+import shutil
 
+import pytest
+from modal import answer_file_dialog
+from PySide6.QtCore import Qt
+
+from app.plan_words import plan_sentence
 from app.settings_dialog import SettingsDialog
 from engine import EngineSettings, SamplingParams, plan
 
@@ -11,7 +18,18 @@ def dialog(qtbot, app_home, app_model):
                        sampling=SamplingParams(temperature=0.3, top_k=20, max_tokens=99, seed=5))
     d = SettingsDialog(s, busy=2)
     qtbot.addWidget(d)
+    d.show()
+    qtbot.waitExposed(d)
     return d
+
+
+@pytest.fixture
+def model_with_generation_config(tmp_path, app_model):
+    folder = tmp_path / "model"
+    shutil.copytree(app_model, folder)
+    (folder / "generation_config.json").write_text(json.dumps({"do_sample": True, "temperature": 0.25,
+                                                               "top_p": 0.8, "top_k": 7}))
+    return str(folder)
 
 
 def refreshed(qtbot, d):
@@ -19,14 +37,27 @@ def refreshed(qtbot, d):
     return d
 
 
+def click(qtbot, button):
+    assert button.isVisible() and button.isEnabled(), button.text()
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
 def test_round_trips_settings_and_shows_the_plan(dialog, app_model):
     assert dialog.settings() == EngineSettings(model=app_model, backend="numpy", parallel=2, context=512,
                                                memory_gib=1.0, sampling=SamplingParams(
                                                    temperature=0.3, top_k=20, max_tokens=99, seed=5))
-    assert dialog.plan_label.text() == plan(dialog.settings()).line
+    p = plan(dialog.settings())
+    assert dialog.plan_label.text() == plan_sentence(p) and dialog.plan_label.toolTip() == p.line
     assert dialog.apply_button.isEnabled()
     assert "2 replies in progress will stop" in dialog.busy_note.text()
     assert "llama" in dialog.model_info.text()
+
+
+def test_the_plan_reads_as_a_sentence(dialog):
+    text = dialog.plan_label.text()
+    assert text.startswith("Up to 2 chats can be answered at once, each up to 512 tokens long")
+    assert "Memory for them:" in text and "engine's own" not in text
+    assert dialog.plan_line.startswith("plan: the engine's own window")
 
 
 def test_plan_updates_live_as_values_change(qtbot, dialog):
@@ -38,8 +69,9 @@ def test_plan_updates_live_as_values_change(qtbot, dialog):
     refreshed(qtbot, dialog)
     s = dialog.settings()
     assert (s.kv_dtype, s.paging, s.parallel) == ("fp8", "all", 5)
-    assert dialog.plan_label.text() == plan(s).line != before
-    assert "the engine's own and 4 more" in dialog.plan_label.text()
+    assert dialog.plan_label.toolTip() == plan(s).line and dialog.plan_label.text() != before
+    assert "the engine's own and 4 more" in dialog.plan_label.toolTip()
+    assert dialog.plan_label.text().startswith("Up to 5 chats")
     assert dialog.apply_button.isEnabled()
     dialog.paging.setCurrentIndex(dialog.paging.findData("off"))
     refreshed(qtbot, dialog)
@@ -52,9 +84,19 @@ def test_a_plan_that_cannot_fit_cannot_be_applied(qtbot, dialog):
     assert dialog.plan_label.text().startswith("Does not fit") and dialog.plan_label.objectName() == "error"
     assert "4096" in dialog.plan_label.text()
     assert not dialog.apply_button.isEnabled()
-    dialog.memory.setValue(0)  # Automatic
+    click(qtbot, dialog.memory_auto)
     refreshed(qtbot, dialog)
-    assert dialog.settings().memory_gib is None and dialog.memory.text().startswith("Automatic")
+    assert dialog.settings().memory_gib is None and not dialog.memory.isEnabled()
+
+
+def test_a_tiny_memory_budget_is_refused_not_made_automatic(qtbot, dialog, default_model):
+    dialog.model.setText(default_model)  # 0.001 GiB holds a few thousand tokens of the tiny model
+    dialog.memory.lineEdit().selectAll()
+    qtbot.keyClicks(dialog.memory.lineEdit(), "0.001")
+    refreshed(qtbot, dialog)
+    assert dialog.settings().memory_gib == 0.001 and not dialog.memory_auto.isChecked()
+    assert dialog.plan_label.text().startswith("Does not fit") and "0.001 GiB" in dialog.plan_label.text()
+    assert not dialog.apply_button.isEnabled()
 
 
 def test_an_invalid_model_is_refused_with_the_loaders_message(qtbot, dialog, tmp_path):
@@ -66,11 +108,50 @@ def test_an_invalid_model_is_refused_with_the_loaders_message(qtbot, dialog, tmp
     assert not dialog.apply_button.isEnabled()
     dialog.apply_button.click()
     assert dialog.result() == 0
-    dialog.model.clear()  # back to the default model
+
+
+def test_file_folder_and_default_buttons(qtbot, dialog, app_model, default_model):
+    answer_file_dialog(default_model)
+    click(qtbot, dialog.findChild(type(dialog.apply_button), "browseFile"))
+    assert dialog.model.text() == default_model
+    answer_file_dialog(app_model)
+    click(qtbot, dialog.findChild(type(dialog.apply_button), "browseFolder"))
+    assert dialog.model.text().rstrip("/") == app_model.rstrip("/")
+    click(qtbot, dialog.findChild(type(dialog.apply_button), "useDefault"))
     refreshed(qtbot, dialog)
     assert dialog.settings().model is None
 
 
-def test_apply_accepts_a_good_plan(qtbot, dialog):
-    dialog.apply_button.click()
+def test_apply_accepts_a_good_plan_and_cancel_rejects(qtbot, dialog, app_home, app_model):
+    click(qtbot, dialog.apply_button)
     assert dialog.result() == 1
+    other = SettingsDialog(EngineSettings(model=app_model, backend="numpy", context=512))
+    qtbot.addWidget(other)
+    other.show()
+    click(qtbot, other.buttons.button(other.buttons.StandardButton.Cancel))
+    assert other.result() == 0
+
+
+def test_sampling_follows_the_model_until_the_user_sets_it(qtbot, app_home, model_with_generation_config):
+    s = EngineSettings(model=model_with_generation_config, backend="numpy", context=512)
+    d = SettingsDialog(s, chosen=set())
+    qtbot.addWidget(d)
+    d.show()
+    sp = d.settings().sampling
+    assert (sp.temperature, sp.top_p, sp.top_k) == (0.25, 0.8, 7)
+    assert "From the model: temperature 0.25, top-p 0.8, top-k 7" in d.sampling_note.text()
+    assert not d.use_model_sampling.isEnabled()
+    d.temperature.lineEdit().selectAll()
+    qtbot.keyClicks(d.temperature.lineEdit(), "0.6")
+    assert d.chosen_sampling() == {"temperature"} and d.settings().sampling.temperature == 0.6
+    assert "Yours: temperature" in d.sampling_note.text()
+    click(qtbot, d.use_model_sampling)
+    assert d.chosen_sampling() == set() and d.settings().sampling.temperature == 0.25
+
+
+def test_a_model_without_recommendations_gets_lanechats_defaults(qtbot, app_home, app_model):
+    d = SettingsDialog(EngineSettings(model=app_model, backend="numpy", context=512), chosen=set())
+    qtbot.addWidget(d)
+    sp, default = d.settings().sampling, SamplingParams()
+    assert (sp.temperature, sp.top_p, sp.top_k) == (default.temperature, default.top_p, default.top_k)
+    assert "recommends no sampling values" in d.sampling_note.text()

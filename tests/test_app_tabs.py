@@ -1,5 +1,6 @@
 """The tab strip: rename in place (Enter keeps, Esc cancels), state dots, new tab on empty strip."""
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QTabBar, QToolButton
 
 from app.chat_tab import GENERATING, ChatTab
 from app.conversation import Conversation
@@ -8,11 +9,11 @@ from app.store import ConversationStore
 from app.tabs import ConversationTabs
 
 
-def make(qtbot, tmp_path):
+def make(qtbot, tmp_path, titles=("one", "two")):
     tabs = ConversationTabs()
     qtbot.addWidget(tabs)
     store, bridge = ConversationStore(tmp_path / "c"), EngineBridge()
-    for title in ("one", "two"):
+    for title in titles:
         tabs.add(ChatTab(Conversation(title=title), store, bridge))
     tabs.show()
     return tabs
@@ -43,3 +44,28 @@ def test_state_shows_as_an_icon_and_long_titles_stay_narrow(qtbot, tmp_path):
     assert tabs.tabIcon(0).pixmap(12).toImage().pixelColor(6, 6).alpha() == 255
     tabs.widget(1).rename("a very long title " * 10)
     assert tabs.tabBar().tabSizeHint(1).width() <= 240
+
+
+def test_many_tabs_scroll_instead_of_shrinking(qtbot, tmp_path):
+    tabs = make(qtbot, tmp_path, [f"Name of chat {i}" for i in range(9)])
+    tabs.resize(800, 400)
+    qtbot.waitUntil(lambda: tabs.tabBar().width() > 0)
+    bar = tabs.tabBar()
+    widths = [bar.tabRect(i).width() for i in range(bar.count())]
+    assert widths == [bar.tabSizeHint(i).width() for i in range(bar.count())]  # full labels, not "Nam…"
+    assert sum(widths) > bar.width()
+    arrows = [b for b in bar.findChildren(QToolButton) if b.isVisible()]
+    assert len(arrows) == 2  # the strip scrolls
+    tabs.setCurrentIndex(8)
+    qtbot.waitUntil(lambda: bar.rect().contains(bar.tabRect(8).center()))  # the current tab is in view
+    before = bar.tabRect(8).x()
+    qtbot.mouseClick(arrows[0], Qt.MouseButton.LeftButton)  # a click on the left arrow scrolls back
+    assert bar.tabRect(8).x() > before
+
+
+def test_a_tabs_close_button_asks_to_close_it(qtbot, tmp_path):
+    tabs = make(qtbot, tmp_path)
+    close = tabs.tabBar().tabButton(1, QTabBar.ButtonPosition.RightSide)
+    with qtbot.waitSignal(tabs.tabCloseRequested) as asked:
+        qtbot.mouseClick(close, Qt.MouseButton.LeftButton)
+    assert asked.args == [1]

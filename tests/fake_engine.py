@@ -1,0 +1,139 @@
+"""A stand-in for the Engine's public surface, for the bridge and the status bar: each request
+types `n` tokens from its own thread; `reading` holds requests after Started (a prompt being read),
+`queue_first` makes every request after the first wait (Queued) until the one before it ends."""
+import threading
+import time
+
+import pytest
+
+from app.engine_bridge import EngineBridge
+from engine import Finished, ModelError, Queued, RequestError, Started, Token, Usage
+
+
+class Sink:
+    def __init__(self):
+        self.calls = []
+        self.text = ""
+        self.text_times = []
+
+    def on_queued(self, ahead, reason):
+        self.calls.append(("queued", ahead, reason))
+
+    def on_started(self, prompt_tokens):
+        self.calls.append(("started", prompt_tokens))
+
+    def on_text(self, text, tokens):
+        self.calls.append(("text", text, tokens))
+        self.text += text
+        self.text_times.append(time.monotonic())
+
+    def on_finished(self, event):
+        self.calls.append(("finished", event.reason))
+
+    def on_failed(self, message):
+        self.calls.append(("failed", message))
+
+    @property
+    def done(self):
+        return bool(self.calls) and self.calls[-1][0] in ("finished", "failed")
+
+
+class FakeEngine:
+    """The Engine's public surface; each request types `n` tokens from its own thread."""
+
+    def __init__(self, settings, n=300, gap=0.0005, fail_start=None, refuse=None, hold=False, reading=False,
+                 queue_first=False, info="fake-info"):
+        self.settings, self.n, self.gap, self.fail_start, self.refuse = settings, n, gap, fail_start, refuse
+        self.cancelled = set()
+        self.next_id = 0
+        self.threads = []
+        self.callbacks = {}
+        self.release = threading.Event()  # start() loads until this is set
+        if not hold:
+            self.release.set()
+        self.read = threading.Event()  # with reading=True, prompts are read until this is set
+        if not reading:
+            self.read.set()
+        self.queue_first = queue_first
+        self.info = info
+        self.turn = threading.Condition()
+        self.running = None  # with queue_first: the request generating now
+
+    def start(self, progress=None):
+        self.release.wait(5)
+        if progress:
+            progress("loading", 0.5)
+        if self.fail_start:
+            raise ModelError(self.fail_start)
+
+    def submit(self, messages, sampling=None, on_event=None):
+        if self.refuse:
+            raise RequestError(self.refuse)
+        self.next_id += 1
+        rid = self.next_id
+        self.callbacks[rid] = on_event
+        t = threading.Thread(target=self._run, args=(rid, on_event), daemon=True)
+        self.threads.append(t)
+        t.start()
+        return rid
+
+    def _run(self, rid, on_event):
+        if self.queue_first:
+            with self.turn:
+                if self.running is not None:
+                    on_event(Queued(rid, rid - 1 - self.running))
+                while self.running is not None and rid not in self.cancelled:
+                    self.turn.wait(0.01)
+                self.running = rid
+        on_event(Started(rid, 0, 5))
+        while not self.read.wait(0.01):
+            if rid in self.cancelled:
+                break
+        try:
+            self._type(rid, on_event)
+        finally:
+            with self.turn:
+                self.running = None
+                self.turn.notify_all()
+
+    def _type(self, rid, on_event):
+        for i in range(self.n):
+            if rid in self.cancelled:
+                on_event(Finished(rid, "cancelled", "x" * i, i, 5, 1.0, 1.0))
+                return
+            on_event(Token(rid, 1, "x", i + 1))
+            time.sleep(self.gap)
+        on_event(Finished(rid, "length", "x" * self.n, self.n, 5, 1.0, 100.0))
+
+    def cancel(self, rid):
+        self.cancelled.add(rid)
+
+    def usage(self):
+        return Usage(1, 10, 1, 0)
+
+    def shutdown(self):
+        for rid in range(1, self.next_id + 1):
+            self.cancelled.add(rid)
+        for t in self.threads:
+            t.join()
+
+
+_LIVE: list = []  # every fake engine of the running test
+
+
+@pytest.fixture(autouse=True)
+def _stop_fake_engines():
+    """No fake engine thread may outlive its test: it would emit into a deleted bridge."""
+    yield
+    while _LIVE:
+        _LIVE.pop().shutdown()
+
+
+def bridge_with(**kw):
+    engines = []
+
+    def factory(settings):
+        engines.append(FakeEngine(settings, **kw))
+        _LIVE.append(engines[-1])
+        return engines[-1]
+    return EngineBridge(factory), engines
