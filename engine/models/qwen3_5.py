@@ -138,9 +138,11 @@ class Qwen3_5(Qwen3):
         return b.linear(o.reshape(n, vd), layer["out"], rows.pad_to)
 
     def split_qkv(self, x):
+        """The post-conv rows [n, C] as q, k [n, Hk, Dk] and v [n, Hv, Dv]."""
         c, n = self.cfg, len(x)
-        kd = c.lin_k_heads * c.lin_k_dim
-        return (x[:, :kd].reshape(n, c.lin_k_heads, c.lin_k_dim), x[:, kd:2 * kd].reshape(n, c.lin_k_heads, c.lin_k_dim),
+        Hk, Dk = c.lin_k_heads, c.lin_k_dim
+        kd = Hk * Dk
+        return (x[:, :kd].reshape(n, Hk, Dk), x[:, kd:2 * kd].reshape(n, Hk, Dk),
                 x[:, 2 * kd:].reshape(n, c.lin_v_heads, c.lin_v_dim))
 
     def deltanet_window(self, li: int, layer: dict, qkv, bb, aa, rows: Rows, cache: Cache):
