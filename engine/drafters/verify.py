@@ -134,15 +134,15 @@ class Verifier:
             mine = chosen[at:at + len(d) + 1]
             at += len(d) + 1
             a = accepted(d, mine)
-            self.commit(seq, mine[:a + 1], hidden[s * W: s * W + a + 1] if hidden is not None else None)
+            kept = self.commit(seq, mine[:a + 1], hidden[s * W: s * W + a + 1] if hidden is not None else None)
             if d:
                 seq.stats.windows += 1
-                seq.stats.accepted += a
+                seq.stats.accepted += kept - 1
 
-    def commit(self, seq: Sequence, tokens: list[int], hidden) -> None:
-        """Append the accepted tokens; the lane keeps the state after the last row that stays. A
-        stream that ends inside the window (EOS, stop, length) keeps the state of its last token,
-        so its snapshot is exactly what plain decoding would leave."""
+    def commit(self, seq: Sequence, tokens: list[int], hidden) -> int:
+        """Append the accepted tokens (returns how many the stream took); the lane keeps the state
+        after the last row that stays. A stream that ends inside the window (EOS, stop, length)
+        keeps the state of its last token, so its snapshot is exactly what plain decoding leaves."""
         sched, p = self.sched, seq.computed
         last = len(tokens) - 1
         if not seq.snapshot_at_end:
@@ -153,6 +153,7 @@ class Verifier:
             seq.computed = p + i + 1
             sched._append(seq, tok)
             if seq not in sched.active:
-                return
+                return i + 1
         if hidden is not None:
             self.observe(seq, p, hidden)
+        return len(tokens)
