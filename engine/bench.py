@@ -291,7 +291,8 @@ def main(a) -> int:
     s = EngineSettings(model=a.model, backend=a.backend, parallel=a.parallel, context=a.context,
                        kv_dtype=a.kv_dtype, paging=paging, page_tokens=a.kv_pages or 256, memory_gib=a.memory_gib,
                        prefill_chunk=getattr(a, "prefill_chunk", 128)).validate()
-    drafted = replace(s, drafter=a.drafter, draft_tokens=a.draft_tokens).validate() if a.drafter != "none" else None
+    drafter = getattr(a, "drafter", "none")
+    drafted = replace(s, drafter=drafter, draft_tokens=a.draft_tokens).validate() if drafter != "none" else None
     lengths, streams = list(a.prompt_lengths), list(a.streams)
     runner = build_runner(a, s, log)
     b, cfg = runner.backend, runner.loaded.config
