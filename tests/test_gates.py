@@ -29,11 +29,11 @@ def test_every_gate_passes_on_tiny_models(name):
 def test_gates_catch_a_stream_reading_another_lane(monkeypatch):
     real = NumpyBackend.attention
 
-    def leaky(self, q, cache, layer, tables, positions, prompt=False):
+    def leaky(self, q, cache, layer, tables, positions, prompt=False, window=1):
         if not prompt and len(q) > 1:  # decode rows all read the first row's lane
             tables = np.repeat(tables[:1], len(q), axis=0)
             positions = np.minimum(positions, positions[0])
-        return real(self, q, cache, layer, tables, positions, prompt)
+        return real(self, q, cache, layer, tables, positions, prompt, window)
 
     monkeypatch.setattr(NumpyBackend, "attention", leaky)
     table = run("tiny-llama")
