@@ -87,6 +87,7 @@ class Reply:
         m = self.message
         m.text, m.tokens = event.text, event.tokens  # the engine's whole reply: what streamed, joined
         m.tok_s = round(event.decode_tps, 2) if event.decode_tps else m.tok_s
+        m.accepted = round(event.accepted_length, 2) if event.accepted_length else None
         m.interrupted = event.reason in ("cancelled", "shutdown")
         self.tab.end_reply(self, length_limit=event.reason == "length")
 

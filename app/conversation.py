@@ -4,7 +4,7 @@ File format (format_version 1), one JSON object:
   format_version, id, title, created, updated (ISO 8601, UTC), model (name of the model of the
   last reply), settings (the EngineSettings dict of the last reply), engine (the id of the remote
   engine the tab uses, "" for this computer), system_prompt, draft (unsent composer text),
-  messages: [{role, text, time, tokens, tok_s, interrupted, error}], snapshot.
+  messages: [{role, text, time, tokens, tok_s, accepted, interrupted, error}], snapshot.
 `snapshot` is null until KV snapshots exist; then it names a sidecar next to the JSON file
 (see ConversationStore.snapshot_path) and the token count and settings it was taken with, so a
 resumed conversation can skip recomputing its prompt.
@@ -53,6 +53,7 @@ class Message:
     time: str = field(default_factory=now_iso)
     tokens: int | None = None
     tok_s: float | None = None
+    accepted: float | None = None  # mean tokens per verify window, with a drafter
     # True when generation was cut: stopped, crashed or quit mid-answer; the text is what arrived.
     interrupted: bool = False
     error: str | None = None  # why the engine could not write this reply
@@ -67,6 +68,8 @@ class Message:
         return cls(role=raw["role"], text=raw["text"], time=timestamp(raw.get("time")),
                    tokens=tokens if _is_int(tokens) and 0 <= tokens < 1 << 53 else None,
                    tok_s=float(tok_s) if _is_number(tok_s) and 0 <= tok_s < 1e9 else None,
+                   accepted=float(raw["accepted"]) if _is_number(raw.get("accepted")) and 1 <= raw["accepted"] <= 17
+                   else None,
                    interrupted=raw.get("interrupted") is True,
                    error=raw.get("error") if isinstance(raw.get("error"), str) else None)
 

@@ -247,6 +247,8 @@ class MessageWidget(QFrame):
             tps = live_tps if live_tps is not None else m.tok_s
             if tps:
                 parts.append(f"{tps:.1f} tok/s")
+            if m.accepted and not self.streaming:
+                parts.append(f"{m.accepted:.2f} accepted per draft window")
             # A reply in progress is marked interrupted on disk (so a crash says so), not on screen.
             if m.interrupted and not m.error and not self.streaming:
                 parts.append("interrupted")

@@ -36,7 +36,12 @@ def plan_sentence(p: Plan) -> str:
         if room < p.parallel * p.context:
             text += f", with room for {room:,} tokens in all (beyond that, the newest one waits)"
         text += "."
-    return text + f" Memory for {'it' if p.parallel == 1 else 'them'}: {memory(p.kv_bytes + p.state_bytes)}."
+    text += f" Memory for {'it' if p.parallel == 1 else 'them'}: {memory(p.kv_bytes + p.state_bytes)}."
+    if p.draft_tokens:
+        text += f" Speculative decoding: {p.drafter}, {p.draft_tokens} drafts per step."
+    if p.drafter_note:
+        text += f" {p.drafter_note[0].upper()}{p.drafter_note[1:]}."
+    return text
 
 
 def plan_summary(p: Plan) -> str:

@@ -41,6 +41,8 @@ _PAGING = [("off", "Off: every stream has its own window"),
            ("pages", "Other streams on pages"),
            ("all", "All streams on pages")]
 _PAGE_SIZES = [16, 32, 64, 128, 256, 512, 1024]
+_DRAFTERS = [("none", "None"), ("ngram", "N-gram (prompt lookup; any model)"),
+             ("mtp", "MTP (the model's own head; Qwen3.5 / 3.6)")]
 _DEBOUNCE_MS = 120  # recompute the plan once typing pauses, not on every keystroke
 
 
@@ -118,6 +120,9 @@ class SettingsDialog(QDialog):
         memory_row = QHBoxLayout()
         memory_row.addWidget(self.memory_auto)
         memory_row.addWidget(self.memory, 1)
+        self.drafter = _combo(_DRAFTERS, s.drafter)
+        self.draft_tokens = _spin(1, 16, s.draft_tokens)
+        self.draft_tokens.setSuffix(" drafts per step")
         engine_box = QGroupBox("Engine")
         ef = QFormLayout(engine_box)
         ef.addRow("Backend", self.backend)
@@ -127,6 +132,8 @@ class SettingsDialog(QDialog):
         ef.addRow("Paging", self.paging)
         ef.addRow("Page size", self.page_tokens)
         ef.addRow("Memory budget", memory_row)
+        ef.addRow("Speculative drafter", self.drafter)
+        ef.addRow("Drafts", self.draft_tokens)
 
         # Sampling
         self.temperature = _dspin(0, 2, sp.temperature, 0.05, special="0 (greedy)")
@@ -184,9 +191,9 @@ class SettingsDialog(QDialog):
         self._timer = QTimer(self, singleShot=True, interval=_DEBOUNCE_MS, timeout=self.refresh)
         self._model_checked: str | None = None
         self._model_ok = False
-        for w in (self.backend, self.kv_dtype, self.paging, self.page_tokens):
+        for w in (self.backend, self.kv_dtype, self.paging, self.page_tokens, self.drafter):
             w.currentIndexChanged.connect(self._changed)
-        for w in (self.parallel, self.context, self.memory, self.temperature, self.top_p, self.top_k,
+        for w in (self.parallel, self.context, self.memory, self.draft_tokens, self.temperature, self.top_p, self.top_k,
                   self.max_tokens, self.seed):
             w.valueChanged.connect(self._changed)
         self.memory_auto.toggled.connect(self._changed)
@@ -208,6 +215,8 @@ class SettingsDialog(QDialog):
         s.paging = self.paging.currentData()
         s.page_tokens = self.page_tokens.currentData()
         s.memory_gib = None if self.memory_auto.isChecked() else self.memory.value()
+        s.drafter = self.drafter.currentData()
+        s.draft_tokens = self.draft_tokens.value()
         sp = s.sampling
         sp.temperature = round(self.temperature.value(), 4)
         sp.top_p = round(self.top_p.value(), 4)
@@ -224,6 +233,7 @@ class SettingsDialog(QDialog):
         """Describe the model (when it changed) and recompute the plan; enable Apply if it fits."""
         s = self.settings()
         self.page_tokens.setEnabled(s.paging != "off")
+        self.draft_tokens.setEnabled(s.drafter != "none")
         if not self._check_model(s.model):
             fits, text, line = False, "No plan: the model above cannot be read.", ""
         else:

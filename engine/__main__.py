@@ -19,6 +19,7 @@ import numpy as np
 from .errors import LanechatError, RequestError
 from .settings import (
     MAX_CONTEXT,
+    MAX_DRAFT_TOKENS,
     MAX_MEMORY_GIB,
     MAX_PAGE_TOKENS,
     MAX_PARALLEL,
@@ -111,7 +112,8 @@ def add_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
 
 
-def add_kv(p: argparse.ArgumentParser, parallel: int = 1, context: int = 4096) -> None:
+def add_kv(p: argparse.ArgumentParser, parallel: int = 1, context: int = 4096,
+           drafters: tuple[str, ...] = ("none", "ngram", "mtp")) -> None:
     p.add_argument("--parallel", type=whole(1, MAX_PARALLEL), default=parallel,
                    help="streams that may generate at once")
     p.add_argument("--context", type=whole(16, MAX_CONTEXT), default=context, help="tokens per stream")
@@ -122,13 +124,23 @@ def add_kv(p: argparse.ArgumentParser, parallel: int = 1, context: int = 4096) -
     p.add_argument("--memory-gib", type=number(0, MAX_MEMORY_GIB, open_low=True),
                    help="KV memory budget (default: a safe share of free memory)")
     p.add_argument("--prefill-chunk", type=power_of_two(1, MAX_PREFILL_CHUNK), default=128)
+    add_drafter(p, drafters)
+
+
+def add_drafter(p: argparse.ArgumentParser, choices: tuple[str, ...], default: str = "none",
+                draft_tokens: int = 4) -> None:
+    p.add_argument("--drafter", default=default, choices=choices,
+                   help="speculative decoding: ngram (prompt lookup), mtp (the checkpoint's MTP head)")
+    p.add_argument("--draft-tokens", type=whole(1, MAX_DRAFT_TOKENS), default=draft_tokens, metavar="K",
+                   help="drafts per verify window (1..%d)" % MAX_DRAFT_TOKENS)
 
 
 def settings_from(a: argparse.Namespace) -> EngineSettings:
     paging = "all" if a.kv_pages_all else ("pages" if a.kv_pages else "off")
     s = EngineSettings(model=getattr(a, "model", None), backend=getattr(a, "backend", "auto"), parallel=a.parallel,
                        context=a.context, kv_dtype=a.kv_dtype, paging=paging, page_tokens=a.kv_pages or 256,
-                       memory_gib=a.memory_gib, prefill_chunk=a.prefill_chunk)
+                       memory_gib=a.memory_gib, prefill_chunk=a.prefill_chunk, drafter=a.drafter,
+                       draft_tokens=a.draft_tokens)
     return s.validate()
 
 
@@ -152,8 +164,8 @@ def cmd_generate(a: argparse.Namespace) -> int:
     if isinstance(done, Failed):
         raise RequestError(f"the reply failed: {done.message}")
     print(f"prompt: {done.prompt_tokens} tokens at {done.prompt_tps:.1f} tok/s; "
-          f"decode: {done.tokens} tokens at {done.decode_tps:.1f} tok/s ({done.reason}; {runner.backend.device})",
-          file=sys.stderr)
+          f"decode: {done.tokens} tokens at {done.decode_tps:.1f} tok/s ({done.reason}; {runner.backend.device})"
+          + (f"; mean accepted length {done.accepted_length:.2f}" if done.accepted_length else ""), file=sys.stderr)
     return 0
 
 
@@ -270,11 +282,12 @@ def parser() -> argparse.ArgumentParser:
     gt.add_argument("--max-tokens", type=tokens, default=24)
     gt.add_argument("--context", type=whole(16, MAX_CONTEXT), default=1024)
     gt.add_argument("--quick", action="store_true", help="fewer arms (tests)")
+    add_drafter(gt, ("all", "none", "ngram", "mtp", "oracle"), "all", 3)
     gt.set_defaults(fn=cmd_gates)
 
     b = sub.add_parser("bench", help="prompt and decode throughput, with the memory roofline")
     add_model(b)
-    add_kv(b, parallel=8, context=16384)
+    add_kv(b, parallel=8, context=16384, drafters=("none", "ngram", "mtp", "oracle"))  # oracle: the ceiling
     b.add_argument("--synthetic", help="random weights of a real model's shapes (see engine/synthetic.py)")
     b.add_argument("--prompt-lengths", type=whole_list(1, MAX_CONTEXT), default=[2048, 9216, 15000])
     b.add_argument("--streams", type=whole_list(1, MAX_PARALLEL), default=[1, 4, 8])

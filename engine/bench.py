@@ -7,6 +7,11 @@ defaults). For every decode cell, the fraction of the memory roofline: the bytes
 read (every weight it touches, the embedding rows it gathers, and each stream's K/V so far) over the
 step time, over the device-to-device copy bandwidth measured in the same run (bytes read + written).
 
+`--drafter NAME --draft-tokens K` adds, after each decode cell, the same cell decoded in verify
+windows (`--drafter oracle` proposes the plain cell's own tokens: every draft accepted, the ceiling
+any drafter can reach): tok/s, the mean accepted length, and the verify window's cost, the median
+step time of a window of K + 1 rows per stream over that of one row per stream.
+
 `--synthetic NAME` builds random weights of a real model's shapes in the real affine 4-bit format
 (engine/synthetic.py shapes); on the GPU they are generated in device memory, no files and no host
 round trip.
@@ -239,6 +244,30 @@ def step_stats(cell: Cell, bench: Bench, rows: int, bw: float) -> Cell:
     return cell
 
 
+def drafted_cell(bench: Bench, s: EngineSettings, msgs: list, params: SamplingParams, plain: list, cell: Cell,
+                 log) -> Cell:
+    """The decode cell again with the settings' drafter (the oracle learns the plain cell's tokens)."""
+    sched = bench.runner.scheduler(s)
+    if sched.verifier is None:
+        return Cell(cell.name + f", {s.drafter}", note=f"skipped: {sched.plan.drafter_note}")
+    if s.drafter == "oracle":
+        for q in plain:
+            sched.verifier.drafter.learn(q.tokens)
+    bench.timed_decode(sched)
+    bench.run(sched, msgs, replace(params, max_tokens=s.draft_tokens + 3), messages=True)  # capture the graphs
+    bench.steps.clear()
+    dt, seqs = bench.run(sched, msgs, params, messages=True)
+    k, S = s.draft_tokens, len(msgs)
+    windows = [t for r, t, _ in bench.steps if r == S * (k + 1)]
+    mean = statistics.mean(q.stats.mean_length for q in seqs)
+    out = Cell(f"{cell.name}, {s.drafter} k={k}", tok_s=sum(q.generated for q in seqs) / dt,
+               step_ms=1e3 * statistics.median(windows) if windows else None)
+    cost = f", window {out.step_ms / cell.step_ms:.2f}x one row's step" if windows and cell.step_ms else ""
+    out.note = f"mean accepted length {mean:.2f}{cost}"
+    log(f"bench: {out.name}: {out.note}")
+    return out
+
+
 def build_runner(a, s: EngineSettings, log):
     """A Runner for --model/--synthetic; synthetic weights on the GPU."""
     from .engine import Runner
@@ -262,6 +291,8 @@ def main(a) -> int:
     s = EngineSettings(model=a.model, backend=a.backend, parallel=a.parallel, context=a.context,
                        kv_dtype=a.kv_dtype, paging=paging, page_tokens=a.kv_pages or 256, memory_gib=a.memory_gib,
                        prefill_chunk=getattr(a, "prefill_chunk", 128)).validate()
+    drafter = getattr(a, "drafter", "none")
+    drafted = replace(s, drafter=drafter, draft_tokens=a.draft_tokens).validate() if drafter != "none" else None
     lengths, streams = list(a.prompt_lengths), list(a.streams)
     runner = build_runner(a, s, log)
     b, cfg = runner.backend, runner.loaded.config
@@ -308,6 +339,11 @@ def main(a) -> int:
             dt, seqs = bench.run(sched, msgs, params, messages=True)
             cells.append(step_stats(Cell(name, tok_s=sum(q.generated for q in seqs) / dt), bench, S, bw))
             log(f"bench: {name}: {sum(q.generated for q in seqs)} tokens in {dt:.2f} s")
+            if drafted is not None:
+                sched = None  # its cache's memory goes to the drafted run's, then back
+                cells.append(drafted_cell(bench, drafted, msgs, params, seqs, cells[-1], log))
+                sched = runner.scheduler(s)
+                bench.timed_decode(sched)
     for n in getattr(a, "history", []):
         name = history_cell_name(n)
         if n + a.decode_tokens + 2 > s.context:

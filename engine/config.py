@@ -110,10 +110,11 @@ class ModelConfig:
     def conv_channels(self) -> int:
         return 2 * self.lin_k_heads * self.lin_k_dim + self.lin_v_heads * self.lin_v_dim
 
-    def kv_bytes_per_token(self, kv_dtype: str) -> int:
-        """K and V of every attention layer for one token; fp8 adds one fp32 scale per head and row."""
+    def kv_bytes_per_token(self, kv_dtype: str, extra_layers: int = 0) -> int:
+        """K and V of every attention layer (+ a drafter's `extra_layers`) for one token; fp8 adds one
+        fp32 scale per head and row."""
         per_head = self.head_dim * 2 if kv_dtype == "bf16" else self.head_dim + 4
-        return len(self.attention_layers) * 2 * self.kv_heads * per_head
+        return (len(self.attention_layers) + extra_layers) * 2 * self.kv_heads * per_head
 
     def state_bytes_per_stream(self) -> int:
         """DeltaNet conv rows (fp32) and recurrent state (fp32) that one stream keeps, never paged."""

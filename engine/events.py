@@ -46,6 +46,7 @@ class Finished:
     prompt_tokens: int
     prompt_tps: float
     decode_tps: float
+    accepted_length: float = 0.0  # mean tokens per verify window with a drafter (0: none ran)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,9 @@ or interruption. Every arm runs the same prompts; token ids are compared as SHA-
 Per arm: solo prompts (chat prompts plus prompts ending at, just after and well past a page
 boundary), the same prompts concurrently 1/2/4/8 at a time, and resumes (a stream stopped mid-way,
 snapshotted, and continued on another lane). The reference is the contiguous arm (paging off).
+With drafters, each one that fits the model runs the solo prompts, four at once, and the sampled
+ones again in verify windows: "drafted == plain" (n-gram and MTP exercise rejection; the oracle,
+which proposes the plain run's own tokens, full acceptance).
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import jsonfile
+from . import drafters, jsonfile
 from .engine import Runner, run_to_end
 from .errors import LanechatError
 from .settings import EngineSettings, SamplingParams
@@ -39,6 +42,7 @@ ARMS = [("contiguous", "off", 256), ("pages p16", "pages", 16), ("pages p256", "
         ("all p16", "all", 16), ("all p256", "all", 256)]
 QUICK_ARMS = [ARMS[0], ARMS[1], ARMS[3]]
 GROUPS = (1, 2, 4, 8)
+DRAFTERS = ("ngram", "mtp", "oracle")
 
 
 def sha(tokens: list[int]) -> str:
@@ -57,21 +61,30 @@ def prompt_set(runner: Runner, chats: list[list[dict]], context: int, max_tokens
     return prompts
 
 
-def run_arm(runner: Runner, s: EngineSettings, prompts: list[list[int]], max_tokens: int) -> dict[tuple, str]:
-    """Every output of one arm, keyed ('solo', i), ('conc', n, i), ('resume', i), ('sampled', ...)."""
+def fitting(runner: Runner, names: tuple[str, ...]) -> list[str]:
+    """The drafters of `names` that fit the loaded model."""
+    return [d for d in names if drafters.fit(runner.loaded.config, d)[0] == d]
+
+
+def run_arm(runner: Runner, s: EngineSettings, prompts: list[list[int]], max_tokens: int,
+            drafted: tuple[str, ...] = (), draft_tokens: int = 3) -> dict[tuple, str]:
+    """Every output of one arm, keyed ('solo', i), ('conc', n, i), ('resume', i), ('sampled', ...),
+    and per drafter ('drafted', name, 'solo' | 'conc' | 'sampled', i)."""
     sched = runner.scheduler(s)
     greedy = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     hot = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_tokens=max_tokens, seed=1234, ignore_eos=True)
     out: dict[tuple, str] = {}
     rid = iter(range(1, 1 << 30))
 
-    def go(ids: list[list[int]], params: SamplingParams, **kw) -> list:
+    def go(ids: list[list[int]], params: SamplingParams, on=None, **kw) -> list:
         seqs = [runner.sequence(next(rid), s, None, params, lambda e: None, p, **kw) for p in ids]
-        run_to_end(sched, seqs)
+        run_to_end(on or sched, seqs)
         return seqs
 
+    plain = {}
     for i, p in enumerate(prompts):
-        out[("solo", i)] = sha(go([p], greedy)[0].tokens)
+        plain[i] = go([p], greedy)[0].tokens
+        out[("solo", i)] = sha(plain[i])
     for n in GROUPS:
         for i, seq in enumerate(go(prompts[:n], greedy)):
             out[("conc", n, i)] = sha(seq.tokens)
@@ -83,6 +96,18 @@ def run_arm(runner: Runner, s: EngineSettings, prompts: list[list[int]], max_tok
         out[("resume", i)] = sha(go([None], greedy, resume=snap)[0].tokens)
     for i, seq in enumerate(go(prompts[:4], hot)):
         out[("sampled", i)] = sha(seq.tokens)
+        plain[("sampled", i)] = seq.tokens
+    for name in drafted:
+        ds = runner.scheduler(replace(s, drafter=name, draft_tokens=draft_tokens))
+        if name == "oracle":
+            for tokens in plain.values():
+                ds.verifier.drafter.learn(tokens)
+        for i, p in enumerate(prompts):
+            out[("drafted", name, "solo", i)] = sha(go([p], greedy, ds)[0].tokens)
+        for i, seq in enumerate(go(prompts[:4], greedy, ds)):
+            out[("drafted", name, "conc", i)] = sha(seq.tokens)
+        for i, seq in enumerate(go(prompts[:4], hot, ds)):
+            out[("drafted", name, "sampled", i)] = sha(seq.tokens)
     return out
 
 
@@ -105,12 +130,19 @@ def compare(ref: dict, arms: dict[str, dict]) -> dict[str, tuple[int, int]]:
                 add("resumed == uninterrupted", h == ref[("solo", key[1])])
             elif kind == "sampled":
                 add("sampled T 1.0: every arm == contiguous", h == ref[key])
+            elif kind == "drafted":
+                _, drafter, how, i = key
+                plain = ref[("sampled", i)] if how == "sampled" else ref[("solo", i)]
+                add(f"drafted == plain: {drafter} (solo, 4 at once, T 1.0)", h == plain)
     return {row: (sum(v), len(v)) for row, v in rows.items()}
 
 
-def run(settings: EngineSettings, chats: list[list[dict]], max_tokens: int, quick: bool, log=print):
-    """The table as {column: {row: (passed, total)}} for bf16 and fp8 KV."""
+def run(settings: EngineSettings, chats: list[list[dict]], max_tokens: int, quick: bool, log=print,
+        drafted: tuple[str, ...] = (), draft_tokens: int = 3):
+    """The table as {column: {row: (passed, total)}} for bf16 and fp8 KV; `drafted`: the drafters
+    to gate (those that fit the model run)."""
     runner = Runner(settings, log=log)
+    drafted = tuple(fitting(runner, drafted))
     arms = QUICK_ARMS if quick else ARMS
     prompts = prompt_set(runner, chats, settings.context, max_tokens)
     table = {}
@@ -119,7 +151,7 @@ def run(settings: EngineSettings, chats: list[list[dict]], max_tokens: int, quic
         for name, paging, page in arms:
             t = time.perf_counter()
             s = replace(settings, kv_dtype=dtype, paging=paging, page_tokens=page)
-            outs[name] = run_arm(runner, s, prompts, max_tokens)
+            outs[name] = run_arm(runner, s, prompts, max_tokens, drafted, draft_tokens)
             dt = time.perf_counter() - t
             log(f"gates: {runner.loaded.name} {dtype} {name}: {len(outs[name])} outputs in {dt:.1f} s")
         table[f"{runner.loaded.name} {dtype}"] = compare(outs["contiguous"], outs)
@@ -156,7 +188,9 @@ def load_chats(path: str | None) -> list[list[dict]]:
 
 def main(a) -> int:
     s = EngineSettings(model=a.model, backend=a.backend, parallel=8, context=a.context, memory_gib=None).validate()
-    table = run(s, load_chats(a.prompts), a.max_tokens, a.quick, log=lambda m: print(m, file=sys.stderr))
+    names = DRAFTERS if a.drafter == "all" else () if a.drafter == "none" else (a.drafter,)
+    table = run(s, load_chats(a.prompts), a.max_tokens, a.quick, log=lambda m: print(m, file=sys.stderr),
+                drafted=names, draft_tokens=a.draft_tokens)
     print(render(table))
     ok = passed(table)
     print("gates: " + ("every cell passes" if ok else "FAILED"), file=sys.stderr)

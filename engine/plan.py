@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import drafters
 from .config import ModelConfig
 from .errors import LanechatError, PlanError
 from .memory import system_free_bytes
@@ -38,6 +39,10 @@ class Plan:
     budget_bytes: int = 0
     unified: bool = False  # the GPU's memory is the system's (GB10)
     graph_bytes: int = 0  # what the backend's captured decode graphs keep (outside the KV budget)
+    drafter: str = "none"  # the drafter that runs (a refused one leaves "none")
+    draft_tokens: int = 0  # k of the verify windows (0: plain decoding)
+    draft_layers: int = 0  # attention layers of the drafter's own on every stream's pages (MTP)
+    drafter_note: str | None = None  # why the drafter asked for does not run
 
     @property
     def pages_total(self) -> int:
@@ -63,9 +68,13 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
         raise PlanError(f"context {s.context} is beyond the model's maximum of {cfg.max_position} tokens")
     P, n = s.page_tokens, s.parallel
     W = -(-s.context // P)
-    page_bytes = P * cfg.kv_bytes_per_token(s.kv_dtype)
-    # One state slot more than streams: padding rows of a captured decode batch update a scratch slot.
-    state = (n + 1) * cfg.state_bytes_per_stream()
+    drafter, note = drafters.fit(cfg, s.drafter)
+    k = s.draft_tokens if drafter != "none" else 0
+    layers = drafters.kv_layers(cfg, drafter)
+    page_bytes = P * cfg.kv_bytes_per_token(s.kv_dtype, layers)
+    # One state slot more than streams: padding rows of a captured decode batch update a scratch slot;
+    # a verify window of k drafts keeps the state after each of its k + 1 rows.
+    state = (n + 1) * (k + 1) * cfg.state_bytes_per_stream()
     windows = {"off": n, "pages": 1, "all": 0}[s.paging]
     pool_lanes = n - windows
     need_pool = pool_lanes * W
@@ -97,7 +106,7 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
     p = Plan(line="", fits=True, mode=s.paging, parallel=n, context=s.context, page_tokens=P, kv_dtype=s.kv_dtype,
              page_bytes=page_bytes, window_pages=W, windows=windows, pool_pages=pool, state_bytes=state,
              kv_bytes=(windows * W + pool) * page_bytes, budget_bytes=budget, unified=unified,
-             graph_bytes=graph_bytes)
+             graph_bytes=graph_bytes, drafter=drafter, draft_tokens=k, draft_layers=layers, drafter_note=note)
     p.line = plan_line(p)
     return p
 
@@ -121,6 +130,10 @@ def plan_line(p: Plan) -> str:
         line += f" · recurrent state {gib(p.state_bytes)}"
     if p.graph_bytes:
         line += f" · decode graphs {gib(p.graph_bytes)}"
+    if p.draft_tokens:
+        line += f" · drafter {p.drafter} ({p.draft_tokens} drafts per window)"
+    if p.drafter_note:
+        line += f" · {p.drafter_note}"
     if p.unified:
         line += " · unified memory"
     return line

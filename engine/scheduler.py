@@ -11,11 +11,13 @@ from __future__ import annotations
 import time
 import traceback
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
+from . import drafters
+from .drafters.verify import DraftStats, Verifier
 from .events import Event, Failed, Finished, Queued, Started, Token
 from .kv import Lane, Lanes, LaneState
 from .ops.base import Backend
@@ -42,6 +44,7 @@ class StepStats:
     """One decode step, for a step observer: its rows' positions and its wall time (synchronised)."""
     positions: list[int]
     seconds: float
+    window: int = 1  # rows per stream (k + 1 in a verify window)
 
 
 @dataclass
@@ -59,6 +62,8 @@ class Sequence:
     t_start: float = 0.0
     t_first: float = 0.0
     prompt_done: bool = False
+    draft: object = None  # the drafter's own per-stream state (engine/drafters)
+    stats: DraftStats = field(default_factory=DraftStats)
 
     @property
     def generated(self) -> int:
@@ -82,6 +87,8 @@ class Scheduler:
         self.snapshots: dict[int, Snapshot] = {}
         # Called after every decode step with its StepStats; the step then synchronises the device twice.
         self.step_observer: Callable[[StepStats], None] | None = None
+        drafter = drafters.make(plan.drafter, model, backend)
+        self.verifier = Verifier(self, drafter, plan.draft_tokens) if drafter else None  # speculative decoding
 
     # --- requests ------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -154,8 +161,13 @@ class Scheduler:
         end = min(seq.target, (start // C + 1) * C)
         if not self.lanes.ensure(seq.lane, end):
             return None
-        logits = self.model.forward(self._rows([seq], True, start, end), self.cache)
+        rows = self._rows([seq], True, start, end)
+        rows.hidden = self.verifier is not None and self.verifier.wants_hidden
+        logits = self.model.forward(rows, self.cache)
         seq.computed = end
+        if rows.hidden:
+            logits, hidden = logits
+            self.verifier.observe(seq, start, hidden)
         return logits
 
     def _prompt_chunk(self, seq: Sequence) -> None:
@@ -170,19 +182,24 @@ class Scheduler:
                 self._append(seq, tok)
 
     def _decode(self, seqs: list[Sequence]) -> None:
-        rows = self._rows(seqs, False)
-        if self.step_observer is None:
-            logits = self.b.decode_step(self.model, rows, self.cache)
-        else:
-            self.b.synchronize()
-            t = time.perf_counter()
-            logits = self.b.decode_step(self.model, rows, self.cache)
-            self.b.synchronize()
-            self.step_observer(StepStats(rows.positions.tolist(), time.perf_counter() - t))
+        if self.verifier is not None:
+            return self.verifier.step(seqs)
+        logits = self.run_decode(self._rows(seqs, False))
         for seq in seqs:
             seq.computed += 1
         for seq, tok in zip(seqs, self._choose(logits, seqs)):
             self._append(seq, tok)
+
+    def run_decode(self, rows: Rows):
+        """One decode forward (plain rows or verify windows), timed for the step observer."""
+        if self.step_observer is None:
+            return self.b.decode_step(self.model, rows, self.cache)
+        self.b.synchronize()
+        t = time.perf_counter()
+        out = self.b.decode_step(self.model, rows, self.cache)
+        self.b.synchronize()
+        self.step_observer(StepStats(rows.positions.tolist(), time.perf_counter() - t, rows.window))
+        return out
 
     def _choose(self, logits, seqs: list[Sequence]) -> list[int]:
         return self.b.choose(logits, [q.params for q in seqs], [len(q.tokens) for q in seqs])
@@ -215,7 +232,7 @@ class Scheduler:
             seq.on_event(Token(seq.id, Token.NO_TOKEN, rest, n))
         seq.on_event(Finished(seq.id, reason, seq.text.text, n, seq.prompt_len,
                               seq.prompt_len / prompt_s if prompt_s > 0 else 0.0,
-                              (n - 1) / decode_s if decode_s > 0 and n > 1 else 0.0))
+                              (n - 1) / decode_s if decode_s > 0 and n > 1 else 0.0, seq.stats.mean_length))
 
     def _guarded(self, seqs: list[Sequence], fn, *args) -> None:
         """Run one piece of a step; if it raises, only the streams it computed for fail."""

@@ -16,6 +16,8 @@ MAX_PARALLEL, MAX_CONTEXT, MAX_PAGE_TOKENS, MAX_PREFILL_CHUNK = 256, 1 << 24, 1 
 MAX_MEMORY_GIB = float(1 << 20)
 MAX_TEMPERATURE, MAX_TOKENS, MAX_TOKEN_ID = 100.0, 1 << 24, 1 << 31
 MAX_STOPS, MAX_STOP_CHARS = 16, 1024
+DRAFTERS = ("none", "ngram", "mtp", "oracle")  # oracle: the gates' and the bench's (proposes a known run)
+MAX_DRAFT_TOKENS = 16
 
 
 @dataclass
@@ -59,6 +61,8 @@ class EngineSettings:
     page_tokens: int = 256
     memory_gib: float | None = None  # KV budget; None: a safe fraction of free memory
     prefill_chunk: int = 128
+    drafter: str = "none"  # speculative decoding: none, ngram (prompt lookup), mtp (the checkpoint's own head)
+    draft_tokens: int = 4  # drafts per verify window (k: the window is k + 1 rows)
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def validate(self) -> "EngineSettings":
@@ -79,6 +83,9 @@ class EngineSettings:
         if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= MAX_PREFILL_CHUNK or c & (c - 1):
             raise PlanError(f"prefill chunk must be a power of two from 1 to {MAX_PREFILL_CHUNK} tokens, "
                             f"got {_shown(c)}")
+        if not isinstance(self.drafter, str) or self.drafter not in DRAFTERS:
+            raise PlanError(f"drafter must be one of {', '.join(DRAFTERS)}, got {_shown(self.drafter)}")
+        _integer("draft tokens", self.draft_tokens, 1, MAX_DRAFT_TOKENS, what="drafts per verify window")
         if self.memory_gib is not None:
             _number("memory budget (GiB)", self.memory_gib, 0, MAX_MEMORY_GIB, open_low=True)
         if not isinstance(self.sampling, SamplingParams):

@@ -37,12 +37,12 @@ SHAPES: dict[str, dict] = {
     "tiny-qwen3.5": dict(arch="qwen3_5", hidden=64, layers=8, heads=4, kv_heads=2, head_dim=16, intermediate=96,
                          vocab=272, rope_theta=1e7, rotary_dim=4, max_position=4096, qk_norm=True,
                          attn_output_gate=True, lin_k_heads=2, lin_v_heads=4, lin_k_dim=16, lin_v_dim=16,
-                         conv_kernel=4, group=32),
+                         conv_kernel=4, mtp_layers=1, group=32),
     "tiny-qwen3.5-moe": dict(arch="qwen3_5_moe", hidden=64, layers=8, heads=4, kv_heads=2, head_dim=16,
                              vocab=272, rope_theta=1e7, rotary_dim=4, max_position=4096, qk_norm=True,
                              attn_output_gate=True, lin_k_heads=2, lin_v_heads=4, lin_k_dim=16, lin_v_dim=16,
                              conv_kernel=4, experts=8, top_k=2, expert_intermediate=32, shared_intermediate=32,
-                             group=32),
+                             mtp_layers=1, group=32),
 }
 
 
@@ -121,47 +121,58 @@ def weight_shapes(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
     if not c.tie_embeddings:
         out["lm_head"] = ((c.vocab, H), "linear")
     for i, kind in enumerate(c.layer_types):
-        p = f"layers.{i}."
-        out[p + "input_layernorm"] = ((H,), "norm")
-        out[p + "post_attention_layernorm"] = ((H,), "norm")
-        if kind == FULL:
-            a = p + "self_attn."
-            qw = c.heads * c.head_dim * (2 if c.attn_output_gate else 1)
-            out[a + "q_proj"] = ((qw, H), "linear")
-            out[a + "k_proj"] = ((c.kv_heads * c.head_dim, H), "linear")
-            out[a + "v_proj"] = ((c.kv_heads * c.head_dim, H), "linear")
-            out[a + "o_proj"] = ((H, c.heads * c.head_dim), "linear")
-            if c.qk_norm:
-                out[a + "q_norm"] = ((c.head_dim,), "norm")
-                out[a + "k_norm"] = ((c.head_dim,), "norm")
-        else:
-            a = p + "linear_attn."
-            vd = c.lin_v_heads * c.lin_v_dim
-            out[a + "in_proj_qkv"] = ((c.conv_channels, H), "linear")
-            out[a + "in_proj_z"] = ((vd, H), "linear")
-            out[a + "in_proj_b"] = ((c.lin_v_heads, H), "linear")
-            out[a + "in_proj_a"] = ((c.lin_v_heads, H), "linear")
-            out[a + "out_proj"] = ((H, vd), "linear")
-            out[a + "conv1d"] = ((c.conv_channels, c.conv_kernel), "conv")
-            out[a + "A_log"] = ((c.lin_v_heads,), "alog")
-            out[a + "dt_bias"] = ((c.lin_v_heads,), "bias")
-            out[a + "norm"] = ((c.lin_v_dim,), "gnorm")
-        m = p + "mlp."
-        if c.experts:
-            E, I, S = c.experts, c.expert_intermediate, c.shared_intermediate
-            out[m + "gate"] = ((E, H), "router")
-            out[m + "experts.gate_proj"] = ((E, I, H), "linear")
-            out[m + "experts.up_proj"] = ((E, I, H), "linear")
-            out[m + "experts.down_proj"] = ((E, H, I), "linear")
-            out[m + "shared_expert.gate_proj"] = ((S, H), "linear")
-            out[m + "shared_expert.up_proj"] = ((S, H), "linear")
-            out[m + "shared_expert.down_proj"] = ((H, S), "linear")
-            out[m + "shared_expert_gate"] = ((1, H), "router")
-        else:
-            out[m + "gate_proj"] = ((c.intermediate, H), "linear")
-            out[m + "up_proj"] = ((c.intermediate, H), "linear")
-            out[m + "down_proj"] = ((H, c.intermediate), "linear")
+        _block(c, f"layers.{i}.", kind, out)
+    if c.mtp_layers:  # the MTP head: fc over [embedding | hidden], its norms, one full-attention layer
+        out["mtp.fc"] = ((H, 2 * H), "linear")
+        for n in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+            out["mtp." + n] = ((H,), "norm")
+        for j in range(c.mtp_layers):
+            _block(c, f"mtp.layers.{j}.", FULL, out)
     return out
+
+
+def _block(c: ModelConfig, p: str, kind: str, out: dict) -> None:
+    """The weights of one decoder layer named p + ... (attention or DeltaNet, then MLP or MoE)."""
+    H = c.hidden
+    out[p + "input_layernorm"] = ((H,), "norm")
+    out[p + "post_attention_layernorm"] = ((H,), "norm")
+    if kind == FULL:
+        a = p + "self_attn."
+        qw = c.heads * c.head_dim * (2 if c.attn_output_gate else 1)
+        out[a + "q_proj"] = ((qw, H), "linear")
+        out[a + "k_proj"] = ((c.kv_heads * c.head_dim, H), "linear")
+        out[a + "v_proj"] = ((c.kv_heads * c.head_dim, H), "linear")
+        out[a + "o_proj"] = ((H, c.heads * c.head_dim), "linear")
+        if c.qk_norm:
+            out[a + "q_norm"] = ((c.head_dim,), "norm")
+            out[a + "k_norm"] = ((c.head_dim,), "norm")
+    else:
+        a = p + "linear_attn."
+        vd = c.lin_v_heads * c.lin_v_dim
+        out[a + "in_proj_qkv"] = ((c.conv_channels, H), "linear")
+        out[a + "in_proj_z"] = ((vd, H), "linear")
+        out[a + "in_proj_b"] = ((c.lin_v_heads, H), "linear")
+        out[a + "in_proj_a"] = ((c.lin_v_heads, H), "linear")
+        out[a + "out_proj"] = ((H, vd), "linear")
+        out[a + "conv1d"] = ((c.conv_channels, c.conv_kernel), "conv")
+        out[a + "A_log"] = ((c.lin_v_heads,), "alog")
+        out[a + "dt_bias"] = ((c.lin_v_heads,), "bias")
+        out[a + "norm"] = ((c.lin_v_dim,), "gnorm")
+    m = p + "mlp."
+    if c.experts:
+        E, I, S = c.experts, c.expert_intermediate, c.shared_intermediate
+        out[m + "gate"] = ((E, H), "router")
+        out[m + "experts.gate_proj"] = ((E, I, H), "linear")
+        out[m + "experts.up_proj"] = ((E, I, H), "linear")
+        out[m + "experts.down_proj"] = ((E, H, I), "linear")
+        out[m + "shared_expert.gate_proj"] = ((S, H), "linear")
+        out[m + "shared_expert.up_proj"] = ((S, H), "linear")
+        out[m + "shared_expert.down_proj"] = ((H, S), "linear")
+        out[m + "shared_expert_gate"] = ((1, H), "router")
+    else:
+        out[m + "gate_proj"] = ((c.intermediate, H), "linear")
+        out[m + "up_proj"] = ((c.intermediate, H), "linear")
+        out[m + "down_proj"] = ((H, c.intermediate), "linear")
 
 
 def synthetic(name: str, seed: int = 0, bits: int = 4, make_affine=None) -> Model:

@@ -1,6 +1,7 @@
 """Conversation data: titles, the history sent to the engine, JSON round trip, Markdown export."""
 import json
 import math
+from dataclasses import asdict
 from datetime import datetime
 
 import pytest
@@ -150,3 +151,10 @@ def test_timestamps():
     assert timestamp("2025-01-01T00:00:00+00:00") == "2025-01-01T00:00:00+00:00"
     for bad in ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", 5, None, "x" * 100, "2025-13-01"):
         assert timestamp(bad) == ""
+
+
+def test_mean_accepted_length_round_trips_and_a_bad_one_is_dropped():
+    m = Message("assistant", "a", tokens=3, tok_s=1.0, accepted=3.25)
+    assert Message.from_dict(asdict(m)).accepted == 3.25
+    assert Message.from_dict({**asdict(m), "accepted": "many"}).accepted is None
+    assert Message.from_dict({**asdict(m), "accepted": 0.5}).accepted is None

@@ -143,3 +143,12 @@ def test_an_update_inserts_only_the_new_characters(qtbot):
     view.document().contentsChange.connect(lambda pos, removed, added: changes.append((removed, added)))
     w.append("more")
     assert changes == [(0, 4)]
+
+
+def test_a_drafted_reply_shows_its_mean_accepted_length_beside_tok_s(qtbot):
+    w = MessageWidget(Message("assistant", "ok", tokens=40, tok_s=55.0, accepted=2.5))
+    qtbot.addWidget(w)
+    assert "55.0 tok/s  ·  2.50 accepted per draft window" in w._meta.text()
+    plain = MessageWidget(Message("assistant", "ok", tokens=40, tok_s=55.0))
+    qtbot.addWidget(plain)
+    assert "accepted" not in plain._meta.text()

@@ -155,3 +155,18 @@ def test_a_model_without_recommendations_gets_lanechats_defaults(qtbot, app_home
     sp, default = d.settings().sampling, SamplingParams()
     assert (sp.temperature, sp.top_p, sp.top_k) == (default.temperature, default.top_p, default.top_k)
     assert "recommends no sampling values" in d.sampling_note.text()
+
+
+def test_the_drafter_and_its_drafts_reach_the_settings_and_the_plan(qtbot, dialog):
+    assert dialog.settings().drafter == "none" and not dialog.draft_tokens.isEnabled()
+    dialog.drafter.setCurrentIndex(dialog.drafter.findData("ngram"))
+    dialog.draft_tokens.setValue(6)
+    refreshed(qtbot, dialog)
+    s = dialog.settings()
+    assert (s.drafter, s.draft_tokens) == ("ngram", 6) and dialog.draft_tokens.isEnabled()
+    assert "drafter ngram (6 drafts per window)" in dialog.plan_line
+    assert "Speculative decoding: ngram, 6 drafts per step." in dialog.plan_label.text()
+    dialog.drafter.setCurrentIndex(dialog.drafter.findData("mtp"))  # the default model has no MTP head
+    refreshed(qtbot, dialog)
+    assert "drafter mtp refused" in dialog.plan_line and dialog.apply_button.isEnabled()
+    assert "Drafter mtp refused: the checkpoint ships no MTP head" in dialog.plan_label.text()

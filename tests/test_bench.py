@@ -95,3 +95,17 @@ def test_moe_steps_count_only_the_experts_rows_can_reach():
     one = bench.step_weight_bytes(model, 1)  # 1 row reaches 2 of 8
     row = model.embed.nbytes // model.embed.shape[0]
     assert full - 3 * row - one == experts - experts * 2 // 8
+
+
+def test_drafted_cells_report_acceptance_and_the_window_cost(capsys):
+    a = argparse.Namespace(model=None, synthetic="tiny-qwen3.5", backend="numpy", parallel=2, context=256,
+                           kv_dtype="bf16", kv_pages=None, kv_pages_all=False, memory_gib=None, prefill_chunk=64,
+                           prompt_lengths=[40], streams=[1, 2], decode_tokens=9, drafter="oracle", draft_tokens=3)
+    assert bench.main(a) == 0
+    table = capsys.readouterr().out.split("cell\t", 1)[1].splitlines()
+    rows = {line.split("\t")[0]: line.split("\t") for line in table[1:]}
+    for name in ("1 stream, greedy", "2 streams, T 1.0"):
+        cell = rows[f"{name}, oracle k=3"]
+        assert float(cell[1].replace(",", "")) > 0 and float(cell[2]) > 0
+        # 9 tokens: the prompt's, then windows of 4 accepted in full (the last cut by the token limit)
+        assert "mean accepted length 4.00, window " in cell[-1] and cell[-1].endswith("x one row's step")

@@ -63,6 +63,9 @@ def test_cupy_backend_without_a_gpu_is_a_clear_error():
     ["generate", "--prompt", "x", "--seed", "-1"], ["generate", "--prompt", "x", "--max-tokens", "0"],
     ["generate", "--prompt", "x", "--parallel", "100000"], ["generate", "--prompt", "x", "--kv-pages", "17"],
     ["generate", "--prompt", "caf\udce9"], ["generate", "--prompt", "x", "--system", "\ud800"],
+    ["generate", "--prompt", "x", "--draft-tokens", "0"], ["generate", "--prompt", "x", "--draft-tokens", "17"],
+    ["generate", "--prompt", "x", "--drafter", "oracle"], ["bench", "--drafter", "dflash9"],
+    ["gates", "--draft-tokens", "99"],
 ])
 def test_every_argument_is_checked_by_its_type(args, tmp_path, capsys):
     if args[0] == "logits":

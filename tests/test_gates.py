@@ -1,10 +1,12 @@
 """The gate suite on tiny models, and proof that it fails when a stream sees another's rows."""
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from engine import gates
+from engine.engine import Runner
 from engine.ops.numpy_backend import NumpyBackend
 from engine.settings import EngineSettings
 
@@ -27,11 +29,11 @@ def test_every_gate_passes_on_tiny_models(name):
 def test_gates_catch_a_stream_reading_another_lane(monkeypatch):
     real = NumpyBackend.attention
 
-    def leaky(self, q, cache, layer, tables, positions, prompt=False):
+    def leaky(self, q, cache, layer, tables, positions, prompt=False, window=1):
         if not prompt and len(q) > 1:  # decode rows all read the first row's lane
             tables = np.repeat(tables[:1], len(q), axis=0)
             positions = np.minimum(positions, positions[0])
-        return real(self, q, cache, layer, tables, positions, prompt)
+        return real(self, q, cache, layer, tables, positions, prompt, window)
 
     monkeypatch.setattr(NumpyBackend, "attention", leaky)
     table = run("tiny-llama")
@@ -56,3 +58,19 @@ def test_gates_cli_prints_the_table(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "gate\ttiny-qwen3 bf16\ttiny-qwen3 fp8"
     assert all(cell.split("/")[0] == cell.split("/")[1] for line in out[1:] for cell in line.split("\t")[1:])
+
+
+def test_drafted_rows_for_every_drafter_that_fits():
+    """n-gram and MTP (random head: mostly rejected) and the oracle (all accepted), paged against
+    contiguous, on a hybrid model; a model without an MTP head gates the other two."""
+    s = EngineSettings(model="synthetic:tiny-qwen3.5", backend="numpy", parallel=8, context=256)
+    runner = Runner(s, log=lambda m: None)
+    assert gates.fitting(runner, gates.DRAFTERS) == ["ngram", "mtp", "oracle"]
+    prompts = gates.prompt_set(runner, gates.load_chats(None)[:2], s.context, 6)
+    outs = {name: gates.run_arm(runner, replace(s, paging=paging, page_tokens=page), prompts, 6, gates.DRAFTERS)
+            for name, paging, page in (gates.ARMS[0], gates.ARMS[3])}
+    rows = gates.compare(outs["contiguous"], outs)
+    drafted = {r: v for r, v in rows.items() if r.startswith("drafted == plain")}
+    assert len(drafted) == 3 and all(p == t == 2 * (len(prompts) + 8) for p, t in drafted.values()), rows
+    llama = Runner(replace(s, model="synthetic:tiny-llama"), log=lambda m: None)
+    assert gates.fitting(llama, gates.DRAFTERS) == ["ngram", "oracle"]

@@ -5,6 +5,11 @@ layer (windows and pool pages alike, plus one scratch page that padding rows wri
 per-lane recurrent slots of the hybrid layers, `[lanes + 1, ...]` fp32 per array (the last slot is
 scratch: padding rows carry lane -1). A scheduler owns one cache; nothing else holds stream state.
 
+Verify windows (speculative decoding, k drafts): the recurrent arrays hold k + 1 blocks of
+`lanes + 1` slots. Window row j of lane L steps slot `L + j·(lanes + 1)` (row 0: the lane's own),
+starting from row j-1's state (`fork`); `keep(lane, row)` makes the accepted row's state the lane's.
+A padding row (lane -1) lands on a block's scratch slot whatever j is.
+
 Snapshots: `read(lane, n)` copies a lane's first n positions of K/V and its recurrent slots to the
 host as they are stored (raw bits, no re-encoding), and `write(lane, snap)` puts them into any lane
 that holds pages for n positions, so a stream continues bit for bit wherever it lands.
@@ -82,18 +87,22 @@ class Cache:
     """
 
     def __init__(self, backend: Backend, *, layers: int, pages: int, page_tokens: int, kv_heads: int,
-                 head_dim: int, kv_dtype: str, lanes: int, state_shapes: list[tuple[tuple[int, ...], ...]] = ()):
+                 head_dim: int, kv_dtype: str, lanes: int, state_shapes: list[tuple[tuple[int, ...], ...]] = (),
+                 draft_tokens: int = 0):
+        """draft_tokens: k of the verify windows (0: no drafting); the recurrent slots grow k + 1 times."""
         if kv_dtype not in backend.kv_stores:
             raise PlanError(f"the {backend.name} backend does not store {kv_dtype} K/V "
                             f"({', '.join(backend.kv_stores)})")
         self.page_tokens, self.dtype, self.lanes = page_tokens, kv_dtype, lanes
+        self.draft_tokens = draft_tokens
+        slots_total = (lanes + 1) * (draft_tokens + 1)
         self.scratch_page = pages - 1  # padding rows of a captured decode batch write here
         shape = (pages, page_tokens, kv_heads, head_dim)
         stored = np.dtype(_STORED[kv_dtype])
         need = layers * 2 * int(np.prod(shape)) * stored.itemsize
         if kv_dtype == "fp8":
             need += layers * 2 * int(np.prod(shape[:3])) * 4
-        need += (lanes + 1) * sum(4 * int(np.prod(s)) for group in state_shapes for s in group)
+        need += slots_total * sum(4 * int(np.prod(s)) for group in state_shapes for s in group)
         free = backend.free_memory()
         if need > free:
             raise PlanError(f"the KV cache needs {need / GIB:.2f} GiB but the {backend.device} has {free / GIB:.2f} "
@@ -105,7 +114,7 @@ class Cache:
             self.v_scale = [backend.zeros(shape[:3], np.float32) for _ in range(layers)]
             for a in self.k_scale + self.v_scale:
                 a[...] = 1  # the scale of an all-zero head
-        self.state = [tuple(backend.zeros((lanes + 1, *s), np.float32) for s in group) for group in state_shapes]
+        self.state = [tuple(backend.zeros((slots_total, *s), np.float32) for s in group) for group in state_shapes]
         self._b = backend
 
     # --- layout ---------------------------------------------------------------------------
@@ -131,6 +140,28 @@ class Cache:
         for group in self.state:
             for a in group:
                 a[lane] = 0
+
+    # --- verify windows -------------------------------------------------------------------
+    def window_slots(self, lanes, row: int):
+        """Recurrent slots of window row `row` for rows of these lanes (int arrays, host or device)."""
+        if not 0 <= row <= self.draft_tokens:
+            raise ValueError(f"window row {row} is outside 0..{self.draft_tokens}")
+        return lanes + row * (self.lanes + 1)
+
+    def fork(self, group: int, lanes, row: int) -> None:
+        """Window row `row` (>= 1) of recurrent layer `group` starts from the state row - 1 left."""
+        dst, src = self.window_slots(lanes, row), self.window_slots(lanes, row - 1)
+        for a in self.state[group]:
+            a[dst] = a[src]
+
+    def keep(self, lane: int, row: int) -> None:
+        """The state after window row `row` becomes the lane's (the rows after it were rejected)."""
+        if row == 0:
+            return
+        src = self.window_slots(lane, row)
+        for group in self.state:
+            for a in group:
+                a[lane] = a[src]
 
     def read(self, lane: Lane, n: int) -> LaneState:
         """Host copies of the lane's first n positions of K/V and of its recurrent slots."""

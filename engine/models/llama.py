@@ -66,12 +66,14 @@ class Llama:
 
     # --- stream state ----------------------------------------------------------------------
     def make_cache(self, backend: Backend, plan: Plan, kv_store: str | None = None) -> Cache:
-        """The cache of a plan's streams: K/V pages of every attention layer (+ the scratch page) and
-        the recurrent slots `state_shapes` names. kv_store: tests' lossless `kv.cache.F32`."""
+        """The cache of a plan's streams: K/V pages of every attention layer (+ the scratch page; + a
+        drafter's own attention layers, after the model's) and the recurrent slots `state_shapes`
+        names (+ a verify window's rows). kv_store: tests' lossless `kv.cache.F32`."""
         c = self.cfg
-        return Cache(backend, layers=len(c.attention_layers), pages=plan.pages_total + 1,
+        return Cache(backend, layers=len(c.attention_layers) + plan.draft_layers, pages=plan.pages_total + 1,
                      page_tokens=plan.page_tokens, kv_heads=c.kv_heads, head_dim=c.head_dim,
-                     kv_dtype=kv_store or plan.kv_dtype, lanes=plan.parallel, state_shapes=self.state_shapes())
+                     kv_dtype=kv_store or plan.kv_dtype, lanes=plan.parallel, state_shapes=self.state_shapes(),
+                     draft_tokens=plan.draft_tokens)
 
     def state_shapes(self) -> list[tuple[tuple[int, ...], ...]]:
         """Per recurrent layer, the shapes of its per-lane arrays: none in a pure transformer."""
@@ -79,7 +81,8 @@ class Llama:
 
     # --- forward ---------------------------------------------------------------------------
     def forward(self, rows: Rows, cache: Cache):
-        """Logits (backend array [len(rows.want), vocab]) for the wanted rows."""
+        """Logits (backend array [len(rows.want), vocab]) for the wanted rows; with `rows.hidden`,
+        (logits, the final-normed hidden state of every row) for a drafter."""
         b, c = self.b, self.cfg
         x = b.embed(self.embed, b.asarray(rows.tokens))
         residual = None
@@ -92,7 +95,8 @@ class Llama:
             h, residual = b.add_rmsnorm(x, residual, layer["post_norm"], c.rms_eps)
             x = self.mlp(layer, h, rows)
         h, _ = b.add_rmsnorm(x, residual, self.norm, c.rms_eps)
-        return self.head(h[b.asarray(rows.want)] if len(rows.want) != len(rows) else h)
+        logits = self.head(h[b.asarray(rows.want)] if len(rows.want) != len(rows) else h)
+        return (logits, h) if rows.hidden else logits
 
     def head(self, h):
         return self.b.linear(h, self.lm_head)
@@ -129,7 +133,7 @@ class Llama:
         v = v.reshape(n, c.kv_heads, c.head_dim)
         # New keys go into the cache before attention reads them: one arithmetic for all arms.
         b.kv_write(cache, li, k, v, rows.tables, rows.positions)
-        o = b.attention(q, cache, li, rows.tables, rows.positions, rows.prompt).reshape(n, -1)
+        o = b.attention(q, cache, li, rows.tables, rows.positions, rows.prompt, rows.window).reshape(n, -1)
         if gate is not None:
             o = b.sigmoid_mul(o, gate)
         o = b.linear(o, layer["o"], rows.pad_to)

@@ -112,8 +112,8 @@ class Qwen3_5(Qwen3):
 
     def deltanet(self, li: int, layer: dict, h, rows: Rows, cache: Cache):
         b, c, n = self.b, self.cfg, len(rows)
-        Hk, Hv, Dk, Dv = c.lin_k_heads, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim
-        kd, vd, C = Hk * Dk, Hv * Dv, c.conv_channels
+        Hv, Dv = c.lin_v_heads, c.lin_v_dim
+        vd, C = Hv * Dv, c.conv_channels
         if "qkvzba" in layer:
             y = b.linear(h, layer["qkvzba"], rows.pad_to)
             qkv, z, bb, aa = y[:, :C], y[:, C:C + vd], y[:, C + vd:C + vd + Hv], y[:, C + vd + Hv:]
@@ -121,20 +121,46 @@ class Qwen3_5(Qwen3):
             qkv, z, bb, aa = (b.linear(h, layer[nm], rows.pad_to)
                               for nm in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"))
         conv, rec = cache.state[li]
-        if rows.prompt:
-            x = b.conv1d_prompt(qkv, layer["conv"], conv, int(rows.lanes[0]))
+        if rows.window > 1:
+            o = self.deltanet_window(li, layer, qkv, bb, aa, rows, cache)
         else:
-            x = b.conv1d_step(qkv, layer["conv"], conv, rows.lanes)
-        q = x[:, :kd].reshape(n, Hk, Dk)
-        k = x[:, kd:2 * kd].reshape(n, Hk, Dk)
-        v = x[:, 2 * kd:].reshape(n, Hv, Dv)
-        g, beta = b.deltanet_gates(aa, bb, layer["a_log"], layer["dt_bias"])
-        if rows.prompt:
-            o = b.deltanet_prompt(q, k, v, g, beta, rec, int(rows.lanes[0]), DELTANET_CHUNK)
-        else:
-            o = b.deltanet_step(q, k, v, g, beta, rec, rows.lanes)
+            if rows.prompt:
+                x = b.conv1d_prompt(qkv, layer["conv"], conv, int(rows.lanes[0]))
+            else:
+                x = b.conv1d_step(qkv, layer["conv"], conv, rows.lanes)
+            g, beta = b.deltanet_gates(aa, bb, layer["a_log"], layer["dt_bias"])
+            q, k, v = self.split_qkv(x)
+            if rows.prompt:
+                o = b.deltanet_prompt(q, k, v, g, beta, rec, int(rows.lanes[0]), DELTANET_CHUNK)
+            else:
+                o = b.deltanet_step(q, k, v, g, beta, rec, rows.lanes)
         o = b.gated_rmsnorm(o, z.reshape(n, Hv, Dv), layer["gnorm"], c.rms_eps)
         return b.linear(o.reshape(n, vd), layer["out"], rows.pad_to)
+
+    def split_qkv(self, x):
+        """The post-conv rows [n, C] as q, k [n, Hk, Dk] and v [n, Hv, Dv]."""
+        c, n = self.cfg, len(x)
+        Hk, Dk = c.lin_k_heads, c.lin_k_dim
+        kd = Hk * Dk
+        return (x[:, :kd].reshape(n, Hk, Dk), x[:, kd:2 * kd].reshape(n, Hk, Dk),
+                x[:, 2 * kd:].reshape(n, c.lin_v_heads, c.lin_v_dim))
+
+    def deltanet_window(self, li: int, layer: dict, qkv, bb, aa, rows: Rows, cache: Cache):
+        """The recurrent step through verify windows: window row j of every stream at once (rows
+        j, j+W, ...), each on its own state slot forked from row j-1's, so every row's state stays
+        until the scheduler keeps the accepted one. Returns o [n, Hv, Dv] in row order."""
+        b, c, W = self.b, self.cfg, rows.window
+        conv, rec = cache.state[li]
+        o = b.zeros((len(rows), c.lin_v_heads, c.lin_v_dim), np.float32)
+        for j in range(W):
+            slots = cache.window_slots(rows.lanes[j::W], j)
+            if j:
+                cache.fork(li, rows.lanes[j::W], j)
+            x = b.conv1d_step(qkv[j::W], layer["conv"], conv, slots)
+            g, beta = b.deltanet_gates(aa[j::W], bb[j::W], layer["a_log"], layer["dt_bias"])
+            q, k, v = self.split_qkv(x)
+            o[j::W] = b.deltanet_step(q, k, v, g, beta, rec, slots)
+        return o
 
     def mlp(self, layer: dict, h, rows: Rows):
         if "router" not in layer:

@@ -73,16 +73,19 @@ class Backend(Protocol):
     def linear(self, x: Array, w: Array, pad_to: int = 0) -> Array:
         """x [n, in] @ wᵀ; pad_to > 0 marks a prompt chunk of that fixed row count."""
 
-    def concat(self, parts: list[Array]) -> Array:
-        """Column-wise concatenation of [n, k_i] arrays."""
+    def concat(self, parts: list[Array], axis: int = -1) -> Array:
+        """Concatenation of arrays along `axis` (column-wise by default: [n, k_i] parts)."""
 
     # --- attention ---------------------------------------------------------------------------
     def kv_write(self, cache: Cache, layer: int, k: Array, v: Array, tables: Array, positions: Array) -> None:
         """New K/V rows into the cache at (table, position) of each row."""
 
     def attention(self, q: Array, cache: Cache, layer: int, tables: Array, positions: Array,
-                  prompt: bool = False) -> Array:
-        """Causal attention of rows q [n, heads, hd] over their lanes' keys 0..position."""
+                  prompt: bool = False, window: int = 1) -> Array:
+        """Causal attention of rows q [n, heads, hd] over their lanes' keys 0..position.
+
+        window > 1: decode rows in verify windows of that many rows per lane (`Rows.window`); a row
+        reads the K/V its window's earlier rows wrote in this forward's `kv_write`."""
 
     # --- heads -------------------------------------------------------------------------------
     def decode_step(self, model: Any, rows: Rows, cache: Cache) -> Array:

@@ -268,9 +268,9 @@ class CupyBackend(Qwen35Ops):
             K.qmv(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, x, x.strides[0] // 4, y, n)
         return y
 
-    def concat(self, parts: list) -> "cupy.ndarray":
-        """Column-wise concatenation of [n, k_i] arrays (q, k, v kept apart by mixed formats)."""
-        return cupy.concatenate(parts, axis=-1)
+    def concat(self, parts: list, axis: int = -1) -> "cupy.ndarray":
+        """Concatenation along `axis` (column-wise by default: q, k, v kept apart by mixed formats)."""
+        return cupy.concatenate([self._m(p) for p in parts], axis=axis)
 
     # --- attention ---------------------------------------------------------------------------------
     def kv_write(self, cache: Cache, layer: int, k, v, tables, positions) -> None:
@@ -306,10 +306,14 @@ class CupyBackend(Qwen35Ops):
         self._flush_kv()
         return None
 
-    def attention(self, q, cache: Cache, layer: int, tables, positions, prompt: bool = False):
+    def attention(self, q, cache: Cache, layer: int, tables, positions, prompt: bool = False, window: int = 1):
+        """Decode rows write their new K/V inside the attention kernel (the block owning the row's
+        position), which rows of a verify window (window > 1) cannot wait for: row j reads rows
+        0..j-1 of its window. So those write every row's K/V first and attend over the cache."""
         self._use()
-        pend = None if prompt else self._take_kv(cache, layer, tables, positions)
-        if prompt:
+        apart = prompt or window > 1
+        pend = None if apart else self._take_kv(cache, layer, tables, positions)
+        if apart:
             self._flush_kv()
         qb, qs0, qs1, qnw, qeps, _qpos, inv, half = self._heads(q)
         n, H, D = qb.shape

@@ -1,7 +1,9 @@
-"""CUDA-graph decode: decode steps replayed from graphs captured per (model, batch size, table width).
+"""CUDA-graph decode: decode steps replayed from graphs captured per (model, batch size, table width,
+verify window, hidden states wanted).
 
-A decode batch is padded to the next power of two with rows that write to the cache's scratch page
-and scratch state slot; tokens, positions, lanes and page tables are copied into device buffers of
+A decode batch is padded to the next power of two of streams (each `Rows.window` rows: k + 1 in a
+verify window, so a drafter's k gives one more shape per batch size) with rows that write to the
+cache's scratch page and scratch state slot; tokens, positions, lanes and page tables are copied into device buffers of
 that batch size, and the graph captured for it replays (the first step of a size runs eagerly, then
 captures). A graph holds the addresses of one cache's arrays, so graphs are kept per cache object
 and die with it. Their intermediates come from one memory pool of their own.
@@ -23,6 +25,7 @@ from ..kv.cache import Cache
 from ..rows import Rows
 from ..settings import EngineSettings
 from .base import GraphStats
+from .cupy_lazy import Lazy
 
 try:  # the import is only attempted when get_backend chose the CuPy backend
     import cupy
@@ -36,7 +39,7 @@ MAX_GRAPH_ROWS = 256  # larger decode batches run eagerly
 
 class GraphEntry:
     def __init__(self, B: int, W: int):
-        self.B, self.W = B, W
+        self.B, self.W = B, W  # B rows (padded streams × window rows), W page-table entries per row
         self.host = np.zeros(B * (3 + W), np.int32)
         self.dev = cupy.zeros(B * (3 + W), cupy.int32)
         self.graph = None
@@ -60,12 +63,13 @@ class DecodeGraphs:
     def step(self, model, rows: Rows, cache: Cache):
         """One decode forward of `rows`, padded to a power-of-two batch and replayed from a graph."""
         n = len(rows)
-        B = 1 << max(0, (n - 1).bit_length())
+        streams = n // rows.window
+        B = (1 << max(0, (streams - 1).bit_length())) * rows.window
         if B > MAX_GRAPH_ROWS:
             return model.forward(rows, cache)
         W = rows.tables.shape[1]
         per_cache = self._per_cache.setdefault(cache, {})
-        key = (id(model), B, W)
+        key = (id(model), B, W, rows.window, rows.hidden)
         entry = per_cache.get(key)
         if entry is None:
             entry = per_cache[key] = GraphEntry(B, W)
@@ -83,21 +87,21 @@ class DecodeGraphs:
         entry.dev.set(h, stream=self.stream)
         if entry.graph is not None:
             entry.graph.launch(self.stream)
-            return entry.out[:n]
-        drows = self._device_rows(entry)
+            return _rows(entry.out, n)
+        drows = self._device_rows(entry, rows)
         out = model.forward(drows, cache)  # eager: this step's answer (and every kernel loaded)
         self._capture(model, drows, cache, entry)
-        return out[:n]
+        return _rows(out, n)
 
     def stats(self) -> GraphStats:
         captured = sum(1 for per in self._per_cache.values() for e in per.values() if e.graph is not None)
         return GraphStats(captured, list(self.failures), int(self.pool.total_bytes()))
 
     @staticmethod
-    def _device_rows(entry: GraphEntry) -> Rows:
+    def _device_rows(entry: GraphEntry, like: Rows) -> Rows:
         B, W = entry.B, entry.W
         r = Rows(np.zeros(B, np.int32), np.zeros(B, np.int32), np.zeros((B, W), np.int32), np.zeros(B, np.int32),
-                 False)
+                 False, window=like.window, hidden=like.hidden)
         r.tokens, r.positions, r.lanes, r.tables = entry.views()
         return r
 
@@ -108,6 +112,8 @@ class DecodeGraphs:
                 s.begin_capture()
                 try:
                     out = model.forward(drows, cache)
+                    if isinstance(out, tuple):  # a drafter's hidden states: computed inside the graph
+                        out = tuple(o.materialize() if isinstance(o, Lazy) else o for o in out)
                 finally:
                     graph = s.end_capture()
             entry.graph, entry.out = graph, out
@@ -118,13 +124,21 @@ class DecodeGraphs:
                   "running eagerly", file=sys.stderr)
 
 
+def _rows(out, n: int):
+    """The first n rows of a graph's output (logits, or logits and hidden states)."""
+    return tuple(o[:n] for o in out) if isinstance(out, tuple) else out[:n]
+
+
 def graph_bytes(cfg: ModelConfig, settings: EngineSettings) -> int:
     """What the decode graphs of these settings keep, estimated from the shapes (float32 activations):
     the logits [B, vocab] of every captured batch size B (powers of two up to the streams), and the
     largest graph's intermediates of one layer: activations, the attention partials (the bulk at
-    long contexts) and the widest product's segment partials."""
-    top = min(1 << max(0, (settings.parallel - 1).bit_length()), MAX_GRAPH_ROWS)
-    kept = (2 * top - 1) * cfg.vocab * 4  # 1 + 2 + 4 + ... + top rows
+    long contexts) and the widest product's segment partials. A drafter adds the verify windows'
+    graphs: k + 1 rows per stream."""
+    window = settings.draft_tokens + 1 if settings.drafter != "none" else 1
+    streams = 1 << max(0, (settings.parallel - 1).bit_length())
+    top = min(streams * window, MAX_GRAPH_ROWS)
+    kept = (2 * streams - 1) * cfg.vocab * 4 * (1 + (window if window > 1 else 0))  # 1 + 2 + ... streams
     width = -(-settings.context // settings.page_tokens)
     chunks = K.decode_chunks(width, settings.page_tokens)
     q = cfg.heads * cfg.head_dim * (2 if cfg.attn_output_gate else 1)

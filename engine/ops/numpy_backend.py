@@ -92,9 +92,9 @@ class NumpyBackend:
         wt = w.T
         return np.concatenate([row[None] @ wt for row in x]) if len(x) else np.zeros((0, w.shape[0]), np.float32)
 
-    def concat(self, parts: list[np.ndarray]) -> np.ndarray:
-        """Column-wise concatenation of [n, k_i] arrays."""
-        return np.concatenate(parts, axis=-1)
+    def concat(self, parts: list[np.ndarray], axis: int = -1) -> np.ndarray:
+        """Concatenation along `axis` (column-wise by default: [n, k_i] parts)."""
+        return np.concatenate(parts, axis=axis)
 
     # --- attention -----------------------------------------------------------------------
     def kv_write(self, cache: Cache, layer: int, k: np.ndarray, v: np.ndarray, tables, positions) -> None:
@@ -117,11 +117,12 @@ class NumpyBackend:
         return out
 
     def attention(self, q: np.ndarray, cache: Cache, layer: int, tables: np.ndarray, positions: np.ndarray,
-                  prompt: bool = False) -> np.ndarray:
+                  prompt: bool = False, window: int = 1) -> np.ndarray:
         """Causal attention of rows q [n, heads, hd] over their lanes' cached keys 0..position.
 
         prompt=True: all rows belong to one lane (a chunk) and are computed together; otherwise
-        each row alone, so a decode row is the same whatever else is in the batch.
+        each row alone, so a decode row is the same whatever else is in the batch. K/V are in the
+        cache before this runs, so rows of a verify window (`window` > 1) need nothing more.
         """
         n, heads, hd = q.shape
         groups = [np.arange(n)] if prompt else [np.array([i]) for i in range(n)]
