@@ -5,8 +5,10 @@ every couple of seconds while a reply streams (marked interrupted until it finis
 keeps what arrived), when the reply ends, and when the tab closes or the app quits. Writes while
 replies stream go through the Saver's thread, so an fsync never stalls the window.
 
-Editing the last message keeps the old turn, on screen (faded) and on disk, until the edited one
-is sent; Esc or Cancel gives the composer its draft back and changes nothing.
+Editing a user message keeps the old turn, on screen (faded) and on disk, until the edited one
+is sent; Esc or Cancel gives the composer its draft back and changes nothing. Once sent, the old
+message and what followed stay in the conversation's tree, as does a regenerated reply; ‹ › on
+a message switches between them (app/branches.py).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QToolButton, QVBoxLay
 
 from engine import Finished, LanechatError, SamplingParams
 
+from . import branches
 from .chat_view import ChatView, centered
 from .composer import Composer
 from .conversation import Conversation, Message, title_from
@@ -102,6 +105,7 @@ class ChatTab(QWidget):
     saved = Signal(object)  # the Conversation, after its write was handed to the saver
     engine_changed = Signal()
     add_remote_requested = Signal()
+    fork_requested = Signal(object)  # a new Conversation to open in a tab
 
     def __init__(self, conversation: Conversation, store: ConversationStore, bridge: EngineBridge,
                  parent: QWidget | None = None, engines: EngineChoices | None = None,
@@ -146,8 +150,11 @@ class ChatTab(QWidget):
         bar = centered(inner, "systemPromptBar")
 
         self.view = ChatView()
-        self.view.edit_requested.connect(self.edit_last)
+        self.view.decorate = self._decorate
+        self.view.edit_requested.connect(self.edit)
         self.view.regenerate_requested.connect(self.regenerate)
+        self.view.branch_requested.connect(self.switch_branch)
+        self.view.fork_requested.connect(self.fork)
         self.composer = Composer()
         self.composer.set_text(conversation.draft)
         self.composer.send_requested.connect(self.send)
@@ -193,23 +200,37 @@ class ChatTab(QWidget):
         self._generate()
 
     def regenerate(self) -> None:
-        """Write the last reply again (or retry after a failure left the user's message last)."""
+        """Write the last reply again (or retry after a failure left the user's message last).
+        The reply it replaces stays as an alternative; a failed one that wrote nothing goes."""
         msgs = self.conversation.messages
         if self.generating or self.editing or not msgs:
             return
         if msgs[-1].role == "assistant":
-            msgs.pop()
+            if msgs[-1].text:
+                branches.set_aside(self.conversation, len(msgs) - 1)
+            else:
+                msgs.pop()
             self.view.remove_from(len(msgs))
         if msgs and msgs[-1].role == "user":
             self._generate()
 
     def edit_last(self) -> None:
-        """Put the last user message in the composer to change and send again. Nothing is removed
-        until it is sent: the old turn stays (faded) and on disk; Esc or Cancel leaves it as it was."""
+        """Edit the last user message."""
         msgs = self.conversation.messages
-        idx = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].role == "user"), None)
+        last = next((m for m in reversed(msgs) if m.role == "user"), None)
+        if last is not None:
+            self.edit(last)
+
+    def edit(self, message: Message) -> None:
+        """Put a user message in the composer to change and send again. Nothing is removed until it
+        is sent: the old turn stays (faded) and on disk; Esc or Cancel leaves it as it was. Sent, it
+        starts a branch from there and the old one stays in the tree."""
+        msgs = self.conversation.messages
+        idx = next((i for i, m in enumerate(msgs) if m is message and m.role == "user"), None)
         if self.generating or idx is None:
             return
+        if self._editing is not None:
+            self._undim()
         if self._editing is None:
             self._stashed_draft = self.composer.text()
         self._editing = idx
@@ -255,6 +276,29 @@ class ChatTab(QWidget):
         self.save()
         self.engine_changed.emit()
 
+    def switch_branch(self, message: Message, step: int) -> None:
+        """Show the previous (-1) or next (+1) alternative of `message` and what follows it."""
+        conv = self.conversation
+        idx = next((i for i, m in enumerate(conv.messages) if m is message), None)
+        if self.generating or self.editing or idx is None:
+            return
+        options = branches.siblings(conv, idx)
+        place = options.index(message) + step
+        if not 0 <= place < len(options):
+            return
+        branches.switch(conv, idx, options[place])
+        self.view.remove_from(idx)
+        for m in conv.messages[idx:]:
+            self.view.add(m)
+        self._update_actions()
+        self.save()
+
+    def fork(self, message: Message) -> None:
+        """Open the conversation up to `message` in a new tab, as a conversation of its own."""
+        idx = next((i for i, m in enumerate(self.conversation.messages) if m is message), None)
+        if idx is not None:
+            self.fork_requested.emit(branches.fork(self.conversation, idx))
+
     def rename(self, title: str) -> None:
         title = title.strip()
         if title and title != self.conversation.title:
@@ -274,7 +318,7 @@ class ChatTab(QWidget):
         self._undim()
         self._editing = None
         self._stashed_draft, draft = "", self._stashed_draft
-        del conv.messages[idx:]
+        branches.set_aside(conv, idx)
         self.view.remove_from(idx)
         conv.add(Message("user", text))
         self.composer.end_edit(draft)
@@ -351,14 +395,22 @@ class ChatTab(QWidget):
     def _update_actions(self) -> None:
         if self.engine_picker is not None:
             self.engine_picker.setEnabled(not self.generating)
+        for widget in self.view.widgets:
+            self._decorate(widget)
+
+    def _decorate(self, widget: MessageWidget) -> None:
+        """A message's buttons and its ‹ n/m ›, for what the tab is doing now."""
         msgs = self.conversation.messages
-        last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=None)
+        m = widget.message
+        idx = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i] is m), None)
+        if idx is None:
+            return
         idle = not self.generating and not self.editing
-        for i in range(self.view.first, len(msgs)):
-            widget = self.view.widget_for(i)
-            if widget is not None:
-                widget.set_actions(edit=idle and i == last_user,
-                                   regenerate=idle and i == len(msgs) - 1 and widget.message.role == "assistant")
+        widget.set_actions(edit=idle and m.role == "user",
+                           regenerate=idle and idx == len(msgs) - 1 and m.role == "assistant",
+                           fork=idle and bool(m.text))
+        options = branches.siblings(self.conversation, idx)
+        widget.branch.show_place(options.index(m) + 1, len(options), enabled=idle)
 
     def _undim(self) -> None:
         for widget in self.view.widgets:

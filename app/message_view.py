@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from . import theme
+from .branch_switch import BranchSwitch
 from .conversation import Message
 from .markdown import Block, BlockReader, split_blocks
 from .text_view import TextView
@@ -77,6 +78,7 @@ class CodeBlock(QFrame):
 class MessageWidget(QFrame):
     edit_requested = Signal()
     regenerate_requested = Signal()
+    fork_requested = Signal()
 
     def __init__(self, message: Message, parent: QWidget | None = None) -> None:
         user = message.role == "user"
@@ -88,19 +90,25 @@ class MessageWidget(QFrame):
                                  toolTip="Edit this message and send it again (Ctrl+E)")
         self._regenerate = QToolButton(text="Regenerate", objectName="messageAction",
                                        toolTip="Write this reply again (Ctrl+R)")
-        for b in (self._edit, self._regenerate):
+        self._fork = QToolButton(text="Fork", objectName="messageAction",
+                                 toolTip="Continue the conversation up to here in a new tab")
+        self.branch = BranchSwitch()
+        for b in (self._edit, self._regenerate, self._fork):
             b.setCursor(Qt.CursorShape.PointingHandCursor)
             b.hide()
         self._edit.clicked.connect(self.edit_requested)
         self._regenerate.clicked.connect(self.regenerate_requested)
+        self._fork.clicked.connect(self.fork_requested)
         header = QHBoxLayout()
         header.setSpacing(8)
         header.addWidget(self._role)
         # The meta line gives way (cut at the right) in a narrow window, so the buttons stay in view.
         self._meta.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         header.addWidget(self._meta, 1)
+        header.addWidget(self.branch)
         header.addWidget(self._edit)
         header.addWidget(self._regenerate)
+        header.addWidget(self._fork)
         self._copy = _copy_button(lambda: self.message.text, "Copy the whole message")
         header.addWidget(self._copy)
         self._status = QLabel(objectName="status", wordWrap=True)
@@ -252,9 +260,10 @@ class MessageWidget(QFrame):
                 parts.append("interrupted")
         self._meta.setText("  ·  ".join(p for p in parts if p))
 
-    def set_actions(self, edit: bool = False, regenerate: bool = False) -> None:
+    def set_actions(self, edit: bool = False, regenerate: bool = False, fork: bool = False) -> None:
         self._edit.setVisible(edit)
         self._regenerate.setVisible(regenerate)
+        self._fork.setVisible(fork)
         self._regenerate.setText("Retry" if self.message.error else "Regenerate")
         self._regenerate.setToolTip("Try this reply again (Ctrl+R)" if self.message.error
                                     else "Write this reply again (Ctrl+R)")

@@ -162,6 +162,7 @@ class MainWindow(QMainWindow):
         tab.saved.connect(self._saved)
         tab.engine_changed.connect(self._show_tab_engine)
         tab.add_remote_requested.connect(self.open_engines)
+        tab.fork_requested.connect(lambda conv: self.new_tab(conv).save())
         tab.title_changed.connect(lambda _title: self._current_changed())
         self.tabs.add(tab)
         self.history.set_open(tab.conversation.id, True)
