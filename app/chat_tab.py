@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QToolButton, QVBoxLay
 
 from engine import Finished, LanechatError, SamplingParams
 
-from . import branches
+from . import branches, search, theme
 from .chat_view import ChatView, centered
 from .composer import Composer
 from .conversation import Conversation, Message, title_from
@@ -292,6 +292,14 @@ class ChatTab(QWidget):
             self.view.add(m)
         self._update_actions()
         self.save()
+
+    def find(self, query: str) -> int:
+        """Scroll to the newest message holding `query` and mark it there; how many marks."""
+        hit = search.find(self.conversation, query)
+        widget = self.view.reveal(hit.index) if hit is not None and hit.index is not None else None
+        if widget is None:
+            return 0
+        return search.highlight(widget.text_views(), query, theme.find_color(self.palette()))
 
     def fork(self, message: Message) -> None:
         """Open the conversation up to `message` in a new tab, as a conversation of its own."""

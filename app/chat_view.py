@@ -105,6 +105,19 @@ class ChatView(QScrollArea):
         i = index - self.first
         return self.widgets[i] if 0 <= i < len(self.widgets) else None
 
+    def reveal(self, index: int) -> MessageWidget | None:
+        """Build the widgets back to messages[index] if they are not yet, and scroll to it."""
+        if index < self.first:
+            self._prepend(self.first - index)
+        widget = self.widget_for(index)
+        if widget is not None:
+            # Held near the top as the column lays out, until the reader scrolls.
+            self._stick = False
+            self._set_anchor(widget)
+            self._anchor = (widget, _STICK_PX)
+            self._keep_anchor()
+        return widget
+
     @property
     def filling(self) -> bool:
         """Older messages are still being built to fill the column."""

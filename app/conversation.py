@@ -5,7 +5,7 @@ File format (format_version 2), one JSON object:
   last reply), settings (the EngineSettings dict of the last reply), engine (the id of the remote
   engine the tab uses, "" for this computer), system_prompt, draft (unsent composer text),
   messages: [{id, parent, role, text, time, tokens, tok_s, interrupted, error}] (the branch shown),
-  branches: [the same] (every other message of the tree), snapshot.
+  branches: [the same] (every other message of the tree), pinned, snapshot.
 The messages form a tree: each has an id (an int, unique in the file, newer ones larger) and its
 parent's id (null for a first message); regenerating or editing adds a sibling and keeps the old
 one in `branches` (see app/branches.py). Version 1 had no ids and no branches: its messages read
@@ -118,6 +118,7 @@ class Conversation:
     messages: list[Message] = field(default_factory=list)
     snapshot: dict[str, Any] | None = None
     branches: list[Message] = field(default_factory=list)
+    pinned: bool = False  # listed above the others
 
     def add(self, message: Message) -> Message:
         """Append `message` to the branch shown, as the child of its last message."""
@@ -164,7 +165,7 @@ class Conversation:
                    updated=timestamp(raw.get("updated")), model=_text(raw, "model"),
                    settings=settings if isinstance(settings, dict) else {}, engine=_text(raw, "engine"),
                    system_prompt=_text(raw, "system_prompt"), draft=_text(raw, "draft"),
-                   messages=path, branches=others,
+                   messages=path, branches=others, pinned=raw.get("pinned") is True,
                    snapshot=snapshot if isinstance(snapshot, dict) else None)
 
     def to_markdown(self) -> str:

@@ -234,6 +234,10 @@ class MessageWidget(QFrame):
         self._reader = None
         self._drop_views_from(0)
 
+    def text_views(self) -> list[TextView]:
+        """The body's text views, in order (a code block's own view for code)."""
+        return [_text_view(v) for v in self._views]
+
     def body_text(self) -> str:
         """What the body shows, as plain text (code blocks without their header)."""
         return "\n".join(_text_view(v).text() for v in self._views)

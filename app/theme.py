@@ -22,6 +22,12 @@ def error_color(palette: QPalette) -> QColor:
     return QColor("#ff8a80") if dark else QColor("#b3261e")
 
 
+def find_color(palette: QPalette) -> QColor:
+    """The background of a search hit in the text."""
+    dark = palette.color(QPalette.ColorRole.Base).lightnessF() < 0.5
+    return QColor("#7a5d00") if dark else QColor("#ffe27a")
+
+
 def restyle(widget: QWidget, object_name: str) -> None:
     """Switch a widget to another stylesheet rule (the rules select on object names)."""
     widget.setObjectName(object_name)
