@@ -11,8 +11,8 @@ from PySide6.QtGui import QFont, QFontMetrics, QKeyEvent, QPainter
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
-    QListWidget,
     QLineEdit,
+    QListWidget,
     QListWidgetItem,
     QMenu,
     QPushButton,
