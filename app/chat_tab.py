@@ -21,11 +21,12 @@ import time
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
 
-from engine import Finished, LanechatError, SamplingParams
+from engine import EngineInfo, Finished, LanechatError, SamplingParams
 
 from . import branches, search, theme
 from .chat_view import ChatView, centered
 from .composer import Composer
+from .context_meter import ContextMeter
 from .conversation import Conversation, Message, title_from
 from .engine_bridge import EngineBridge, Ticket
 from .engine_picker import EnginePicker
@@ -56,7 +57,9 @@ class Reply:
         self.tab, self.message, self.widget = tab, message, widget
         self.ticket: Ticket | None = None
         self._t0: float | None = None
+        self._sent = time.monotonic()
         self._saved_at = time.monotonic()
+        self.live_tps = 0.0  # decode rate so far, for the total across tabs
 
     def on_queued(self, ahead: int, reason: str) -> None:
         reason = reason[:1].upper() + reason[1:]
@@ -68,6 +71,7 @@ class Reply:
         if info is not None:
             self.tab.conversation.model = info.model_name
         self._t0 = time.monotonic()
+        self.message.prompt_tokens = prompt_tokens or None
         # A remote engine says how long the prompt was only at the end.
         self.widget.set_status(f"Reading the conversation ({prompt_tokens} tokens)…" if prompt_tokens
                                else "Reading the conversation…")
@@ -77,11 +81,13 @@ class Reply:
         if not self.message.text:
             self.widget.set_status("")
             self._t0 = time.monotonic()  # tok/s counts decoding, not reading the prompt
+            self.message.ttft = round(self._t0 - self._sent, 3)
         self.message.text += text
         self.message.tokens = tokens
         self.widget.append(text)
         elapsed = time.monotonic() - (self._t0 or time.monotonic())
-        self.widget.update_meta(live_tps=tokens / elapsed if elapsed > 0.2 else 0.0)
+        self.live_tps = tokens / elapsed if elapsed > 0.2 else 0.0
+        self.widget.update_meta(live_tps=self.live_tps)
         if time.monotonic() - self._saved_at > STREAM_SAVE_PERIOD_S:
             self._saved_at = time.monotonic()
             self.tab.save(background=True)
@@ -90,10 +96,15 @@ class Reply:
         m = self.message
         m.text, m.tokens = event.text, event.tokens  # the engine's whole reply: what streamed, joined
         m.tok_s = round(event.decode_tps, 2) if event.decode_tps else m.tok_s
+        m.prompt_tokens = event.prompt_tokens or m.prompt_tokens
         m.interrupted = event.reason in ("cancelled", "shutdown")
         self.tab.end_reply(self, length_limit=event.reason == "length")
 
-    def on_failed(self, message: str) -> None:
+    def on_failed(self, message: str, too_long: bool = False) -> None:
+        if too_long:
+            message = self.tab.fit_context(self, message)
+            if message is None:
+                return
         self.message.interrupted = True
         self.message.error = message
         self.tab.end_reply(self)
@@ -138,6 +149,9 @@ class ChatTab(QWidget):
         bl.setContentsMargins(0, 4, 0, 6)
         row = QHBoxLayout()
         row.addWidget(self.system_toggle)
+        self.meter = ContextMeter()
+        self.meter.at_limit_changed.connect(self._at_limit_chosen)
+        row.addWidget(self.meter)
         row.addStretch()
         self.engine_picker: EnginePicker | None = None
         if engines is not None:
@@ -170,6 +184,8 @@ class ChatTab(QWidget):
         self._update_system_toggle()
         self.view.set_messages(conversation.messages)
         self._update_actions()
+        (engines.local if engines is not None else bridge).state_changed.connect(self.update_meter)
+        self.update_meter()
 
     @property
     def title(self) -> str:
@@ -271,6 +287,7 @@ class ChatTab(QWidget):
             self.stop()
         self.bridge = self.engines.get(engine_id)
         self.conversation.engine = self.engines.id_of(self.bridge)
+        self.update_meter()
         if self.engine_picker is not None:
             self.engine_picker.show_engine(self.conversation.engine)
         self.save()
@@ -348,6 +365,9 @@ class ChatTab(QWidget):
         self.reply = reply = Reply(self, message, widget)
         self.composer.set_generating(True)
         self._update_actions()
+        self._submit(reply, history)
+
+    def _submit(self, reply: Reply, history: list[dict[str, str]]) -> None:
         sampling = reply_sampling(self.bridge.settings.sampling) if self.bridge.settings is not None else None
         try:
             reply.ticket = self.bridge.submit(history, sampling, reply)
@@ -356,6 +376,23 @@ class ChatTab(QWidget):
             return
         if self.state == IDLE:
             self.set_state(WAITING)
+
+    def fit_context(self, reply: Reply, refusal: str) -> str | None:
+        """The engine refused the prompt as too long for the context. With "drop oldest turns"
+        chosen, send it again without the oldest turn left (the reply then says how many messages
+        were left out) and return None; else, or with only the last question left, the refusal
+        to show, with what the user can do about it."""
+        conv, m = self.conversation, reply.message
+        path = conv.messages[:-1]  # the history before this reply
+        last_user = max((i for i, x in enumerate(path) if x.role == "user"), default=0)
+        start = next((i for i in range(m.left_out + 1, last_user + 1) if path[i].role == "user"), None)
+        if conv.at_limit != "drop" or start is None or reply is not self.reply:
+            hint = ("even the last message alone is too long; shorten it or raise the context in Settings"
+                    if conv.at_limit == "drop" else "choose “When full: drop oldest turns” above to continue")
+            return f"{refusal[:1].upper()}{refusal[1:]} ({hint})."
+        m.left_out = start
+        self._submit(reply, conv.engine_messages(start))
+        return None
 
     def end_reply(self, reply: Reply, length_limit: bool = False) -> None:
         if reply is not self.reply:
@@ -368,6 +405,7 @@ class ChatTab(QWidget):
         self.save(background=True)
         self.composer.set_generating(False)
         self._update_actions()
+        self.update_meter()
         self.set_state(ERROR if reply.message.error else IDLE)
 
     def set_state(self, state: str) -> None:
@@ -423,6 +461,15 @@ class ChatTab(QWidget):
     def _undim(self) -> None:
         for widget in self.view.widgets:
             widget.set_dimmed(False)
+
+    def update_meter(self) -> None:
+        info = self.bridge.info
+        # A remote engine does not say its context: the meter counts for this computer's only.
+        self.meter.show_for(self.conversation, info.context if isinstance(info, EngineInfo) else None)
+
+    def _at_limit_chosen(self, choice: str) -> None:
+        self.conversation.at_limit = choice
+        self.save()
 
     def _toggle_system(self, on: bool) -> None:
         self.system_edit.setVisible(on)

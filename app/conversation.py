@@ -4,8 +4,10 @@ File format (format_version 2), one JSON object:
   format_version, id, title, created, updated (ISO 8601, UTC), model (name of the model of the
   last reply), settings (the EngineSettings dict of the last reply), engine (the id of the remote
   engine the tab uses, "" for this computer), system_prompt, draft (unsent composer text),
-  messages: [{id, parent, role, text, time, tokens, tok_s, interrupted, error}] (the branch shown),
-  branches: [the same] (every other message of the tree), pinned, snapshot.
+  messages: [{id, parent, role, text, time, tokens, tok_s, interrupted, error, ...}] (the branch shown),
+  branches: [the same] (every other message of the tree), pinned, at_limit, snapshot.
+A reply also keeps prompt_tokens, ttft (seconds to its first token) and left_out (messages left
+out of its prompt to fit the context).
 The messages form a tree: each has an id (an int, unique in the file, newer ones larger) and its
 parent's id (null for a first message); regenerating or editing adds a sibling and keeps the old
 one in `branches` (see app/branches.py). Version 1 had no ids and no branches: its messages read
@@ -62,6 +64,9 @@ class Message:
     interrupted: bool = False
     error: str | None = None  # why the engine could not write this reply
     id: int = 0  # its place in the conversation's tree; 0 until Conversation.add numbers it
+    prompt_tokens: int | None = None  # what the engine read to write this reply
+    ttft: float | None = None  # seconds from sending to the first token
+    left_out: int = 0  # earlier messages left out of the prompt to fit the context
     parent: int | None = None
 
     @classmethod
@@ -70,13 +75,15 @@ class Message:
         any other field of the wrong type or out of range is dropped (left at its default)."""
         if not isinstance(raw, dict) or raw.get("role") not in ROLES or not isinstance(raw.get("text"), str):
             raise FormatError(f"bad message: {str(raw)[:80]}")
-        tokens, tok_s = raw.get("tokens"), raw.get("tok_s")
+        tok_s = raw.get("tok_s")
         return cls(role=raw["role"], text=raw["text"], time=timestamp(raw.get("time")),
-                   tokens=tokens if _is_int(tokens) and 0 <= tokens < 1 << 53 else None,
+                   tokens=_count(raw.get("tokens")),
                    tok_s=float(tok_s) if _is_number(tok_s) and 0 <= tok_s < 1e9 else None,
                    interrupted=raw.get("interrupted") is True,
                    error=raw.get("error") if isinstance(raw.get("error"), str) else None,
                    id=raw["id"] if _is_int(raw.get("id")) and 0 < raw["id"] < 1 << 53 else 0,
+                   prompt_tokens=_count(raw.get("prompt_tokens")), left_out=_count(raw.get("left_out")) or 0,
+                   ttft=float(raw["ttft"]) if _is_number(raw.get("ttft")) and 0 <= raw["ttft"] < 1e6 else None,
                    parent=raw["parent"] if _is_int(raw.get("parent")) else None)
 
 
@@ -93,6 +100,10 @@ def timestamp(value: Any) -> str:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> int | None:
+    return value if _is_int(value) and 0 <= value < 1 << 53 else None
 
 
 def _is_number(value: Any) -> bool:
@@ -119,6 +130,7 @@ class Conversation:
     snapshot: dict[str, Any] | None = None
     branches: list[Message] = field(default_factory=list)
     pinned: bool = False  # listed above the others
+    at_limit: str = "refuse"  # at the context's limit: "refuse", or "drop" the oldest turns
 
     def add(self, message: Message) -> Message:
         """Append `message` to the branch shown, as the child of its last message."""
@@ -132,11 +144,12 @@ class Conversation:
     def touch(self) -> None:
         self.updated = now_iso()
 
-    def engine_messages(self) -> list[dict[str, str]]:
-        """The whole history as the engine's chat messages: resuming is sending all of it."""
+    def engine_messages(self, left_out: int = 0) -> list[dict[str, str]]:
+        """The history as the engine's chat messages, without its first `left_out` messages (to
+        fit the context): resuming is sending all of it."""
         out = [{"role": "system", "content": self.system_prompt}] if self.system_prompt.strip() else []
         # An assistant turn cut before its first token is nothing the model said.
-        out += [{"role": m.role, "content": m.text} for m in self.messages
+        out += [{"role": m.role, "content": m.text} for m in self.messages[left_out:]
                 if m.role == "user" or m.text]
         return out
 
@@ -166,6 +179,7 @@ class Conversation:
                    settings=settings if isinstance(settings, dict) else {}, engine=_text(raw, "engine"),
                    system_prompt=_text(raw, "system_prompt"), draft=_text(raw, "draft"),
                    messages=path, branches=others, pinned=raw.get("pinned") is True,
+                   at_limit="drop" if raw.get("at_limit") == "drop" else "refuse",
                    snapshot=snapshot if isinstance(snapshot, dict) else None)
 
     def to_markdown(self) -> str:

@@ -259,6 +259,10 @@ class MessageWidget(QFrame):
             tps = live_tps if live_tps is not None else m.tok_s
             if tps:
                 parts.append(f"{tps:.1f} tok/s")
+            if m.ttft is not None:
+                parts.append(f"first token {m.ttft:.2f} s")
+            if m.left_out:
+                parts.append(f"{m.left_out} earlier message{'s' if m.left_out != 1 else ''} left out to fit")
             # A reply in progress is marked interrupted on disk (so a crash says so), not on screen.
             if m.interrupted and not m.error and not self.streaming:
                 parts.append("interrupted")

@@ -41,6 +41,7 @@ from .settings_dialog import SettingsDialog
 from .status_bar import StatusBar
 from .store import ConversationStore
 from .tabs import ConversationTabs
+from .throughput import Throughput
 
 _LOAD_FAILED = "The model could not be loaded"
 _NO_MODEL = "Lanechat needs a model to chat with"
@@ -97,6 +98,8 @@ class MainWindow(QMainWindow):
         self.status = StatusBar(bridge)
         self.status.settings_requested.connect(self.open_settings)
         self.setStatusBar(self.status)
+        self.throughput = Throughput(self.tabs)
+        self.status.addPermanentWidget(self.throughput)
         bridge.state_changed.connect(self._engine_state)
         self.connections, self._connections_notice = load_connections()
         self.engines = EngineChoices(bridge, lambda: self.settings.sampling, self)
