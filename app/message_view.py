@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from . import theme
 from .branch_switch import BranchSwitch
+from .code_highlight import highlight
 from .conversation import Message
 from .markdown import Block, BlockReader, split_blocks
 from .text_view import TextView
@@ -53,6 +54,7 @@ class CodeBlock(QFrame):
     def __init__(self, code: str, lang: str, parent: QWidget | None = None) -> None:
         super().__init__(parent, objectName="codeBlock")
         self.code = ""
+        self._coloured: str | None = None  # the code the colours were made for
         self.lang = lang
         header = QFrame(objectName="codeHeader")
         hl = QHBoxLayout(header)
@@ -73,6 +75,12 @@ class CodeBlock(QFrame):
         """Show `code`; while it streams, only the characters added since the last call are new."""
         self.code = code
         self.view.sync_tail(code)
+
+    def finish(self) -> None:
+        """The block has closed: colour its syntax (once)."""
+        if self._coloured != self.code:
+            self._coloured = self.code
+            highlight(self.view.document(), self.code, self.lang, theme.is_dark(self.palette()))
 
 
 class MessageWidget(QFrame):
@@ -205,6 +213,7 @@ class MessageWidget(QFrame):
                 view = self._add_view(CodeBlock(block.text, block.lang) if kind is CodeBlock else TextView())
             if isinstance(view, CodeBlock):
                 view.sync(block.text)
+                view.finish()
             else:
                 view.set_markdown(block.text)
         if self._reader is None:
