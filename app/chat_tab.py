@@ -5,8 +5,10 @@ every couple of seconds while a reply streams (marked interrupted until it finis
 keeps what arrived), when the reply ends, and when the tab closes or the app quits. Writes while
 replies stream go through the Saver's thread, so an fsync never stalls the window.
 
-Editing the last message keeps the old turn, on screen (faded) and on disk, until the edited one
-is sent; Esc or Cancel gives the composer its draft back and changes nothing.
+Editing a user message keeps the old turn, on screen (faded) and on disk, until the edited one
+is sent; Esc or Cancel gives the composer its draft back and changes nothing. Once sent, the old
+message and what followed stay in the conversation's tree, as does a regenerated reply; ‹ › on
+a message switches between them (app/branches.py).
 """
 from __future__ import annotations
 
@@ -19,10 +21,12 @@ import time
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
 
-from engine import Finished, LanechatError, SamplingParams
+from engine import EngineInfo, Finished, LanechatError, SamplingParams
 
+from . import branches, search, theme
 from .chat_view import ChatView, centered
 from .composer import Composer
+from .context_meter import ContextMeter
 from .conversation import Conversation, Message, title_from
 from .engine_bridge import EngineBridge, Ticket
 from .engine_picker import EnginePicker
@@ -53,7 +57,9 @@ class Reply:
         self.tab, self.message, self.widget = tab, message, widget
         self.ticket: Ticket | None = None
         self._t0: float | None = None
+        self._sent = time.monotonic()
         self._saved_at = time.monotonic()
+        self.live_tps = 0.0  # decode rate so far, for the total across tabs
 
     def on_queued(self, ahead: int, reason: str) -> None:
         reason = reason[:1].upper() + reason[1:]
@@ -65,6 +71,7 @@ class Reply:
         if info is not None:
             self.tab.conversation.model = info.model_name
         self._t0 = time.monotonic()
+        self.message.prompt_tokens = prompt_tokens or None
         # A remote engine says how long the prompt was only at the end.
         self.widget.set_status(f"Reading the conversation ({prompt_tokens} tokens)…" if prompt_tokens
                                else "Reading the conversation…")
@@ -74,11 +81,13 @@ class Reply:
         if not self.message.text:
             self.widget.set_status("")
             self._t0 = time.monotonic()  # tok/s counts decoding, not reading the prompt
+            self.message.ttft = round(self._t0 - self._sent, 3)
         self.message.text += text
         self.message.tokens = tokens
         self.widget.append(text)
         elapsed = time.monotonic() - (self._t0 or time.monotonic())
-        self.widget.update_meta(live_tps=tokens / elapsed if elapsed > 0.2 else 0.0)
+        self.live_tps = tokens / elapsed if elapsed > 0.2 else 0.0
+        self.widget.update_meta(live_tps=self.live_tps)
         if time.monotonic() - self._saved_at > STREAM_SAVE_PERIOD_S:
             self._saved_at = time.monotonic()
             self.tab.save(background=True)
@@ -88,10 +97,15 @@ class Reply:
         m.text, m.tokens = event.text, event.tokens  # the engine's whole reply: what streamed, joined
         m.tok_s = round(event.decode_tps, 2) if event.decode_tps else m.tok_s
         m.accepted = round(event.accepted_length, 2) if event.accepted_length else None
+        m.prompt_tokens = event.prompt_tokens or m.prompt_tokens
         m.interrupted = event.reason in ("cancelled", "shutdown")
         self.tab.end_reply(self, length_limit=event.reason == "length")
 
-    def on_failed(self, message: str) -> None:
+    def on_failed(self, message: str, too_long: bool = False) -> None:
+        if too_long:
+            message = self.tab.fit_context(self, message)
+            if message is None:
+                return
         self.message.interrupted = True
         self.message.error = message
         self.tab.end_reply(self)
@@ -103,6 +117,7 @@ class ChatTab(QWidget):
     saved = Signal(object)  # the Conversation, after its write was handed to the saver
     engine_changed = Signal()
     add_remote_requested = Signal()
+    fork_requested = Signal(object)  # a new Conversation to open in a tab
 
     def __init__(self, conversation: Conversation, store: ConversationStore, bridge: EngineBridge,
                  parent: QWidget | None = None, engines: EngineChoices | None = None,
@@ -135,6 +150,9 @@ class ChatTab(QWidget):
         bl.setContentsMargins(0, 4, 0, 6)
         row = QHBoxLayout()
         row.addWidget(self.system_toggle)
+        self.meter = ContextMeter()
+        self.meter.at_limit_changed.connect(self._at_limit_chosen)
+        row.addWidget(self.meter)
         row.addStretch()
         self.engine_picker: EnginePicker | None = None
         if engines is not None:
@@ -147,8 +165,11 @@ class ChatTab(QWidget):
         bar = centered(inner, "systemPromptBar")
 
         self.view = ChatView()
-        self.view.edit_requested.connect(self.edit_last)
+        self.view.decorate = self._decorate
+        self.view.edit_requested.connect(self.edit)
         self.view.regenerate_requested.connect(self.regenerate)
+        self.view.branch_requested.connect(self.switch_branch)
+        self.view.fork_requested.connect(self.fork)
         self.composer = Composer()
         self.composer.set_text(conversation.draft)
         self.composer.send_requested.connect(self.send)
@@ -164,6 +185,8 @@ class ChatTab(QWidget):
         self._update_system_toggle()
         self.view.set_messages(conversation.messages)
         self._update_actions()
+        (engines.local if engines is not None else bridge).state_changed.connect(self.update_meter)
+        self.update_meter()
 
     @property
     def title(self) -> str:
@@ -194,23 +217,37 @@ class ChatTab(QWidget):
         self._generate()
 
     def regenerate(self) -> None:
-        """Write the last reply again (or retry after a failure left the user's message last)."""
+        """Write the last reply again (or retry after a failure left the user's message last).
+        The reply it replaces stays as an alternative; a failed one that wrote nothing goes."""
         msgs = self.conversation.messages
         if self.generating or self.editing or not msgs:
             return
         if msgs[-1].role == "assistant":
-            msgs.pop()
+            if msgs[-1].text:
+                branches.set_aside(self.conversation, len(msgs) - 1)
+            else:
+                msgs.pop()
             self.view.remove_from(len(msgs))
         if msgs and msgs[-1].role == "user":
             self._generate()
 
     def edit_last(self) -> None:
-        """Put the last user message in the composer to change and send again. Nothing is removed
-        until it is sent: the old turn stays (faded) and on disk; Esc or Cancel leaves it as it was."""
+        """Edit the last user message."""
         msgs = self.conversation.messages
-        idx = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].role == "user"), None)
+        last = next((m for m in reversed(msgs) if m.role == "user"), None)
+        if last is not None:
+            self.edit(last)
+
+    def edit(self, message: Message) -> None:
+        """Put a user message in the composer to change and send again. Nothing is removed until it
+        is sent: the old turn stays (faded) and on disk; Esc or Cancel leaves it as it was. Sent, it
+        starts a branch from there and the old one stays in the tree."""
+        msgs = self.conversation.messages
+        idx = next((i for i, m in enumerate(msgs) if m is message and m.role == "user"), None)
         if self.generating or idx is None:
             return
+        if self._editing is not None:
+            self._undim()
         if self._editing is None:
             self._stashed_draft = self.composer.text()
         self._editing = idx
@@ -251,10 +288,42 @@ class ChatTab(QWidget):
             self.stop()
         self.bridge = self.engines.get(engine_id)
         self.conversation.engine = self.engines.id_of(self.bridge)
+        self.update_meter()
         if self.engine_picker is not None:
             self.engine_picker.show_engine(self.conversation.engine)
         self.save()
         self.engine_changed.emit()
+
+    def switch_branch(self, message: Message, step: int) -> None:
+        """Show the previous (-1) or next (+1) alternative of `message` and what follows it."""
+        conv = self.conversation
+        idx = next((i for i, m in enumerate(conv.messages) if m is message), None)
+        if self.generating or self.editing or idx is None:
+            return
+        options = branches.siblings(conv, idx)
+        place = options.index(message) + step
+        if not 0 <= place < len(options):
+            return
+        branches.switch(conv, idx, options[place])
+        self.view.remove_from(idx)
+        for m in conv.messages[idx:]:
+            self.view.add(m)
+        self._update_actions()
+        self.save()
+
+    def find(self, query: str) -> int:
+        """Scroll to the newest message holding `query` and mark it there; how many marks."""
+        hit = search.find(self.conversation, query)
+        widget = self.view.reveal(hit.index) if hit is not None and hit.index is not None else None
+        if widget is None:
+            return 0
+        return search.highlight(widget.text_views(), query, theme.find_color(self.palette()))
+
+    def fork(self, message: Message) -> None:
+        """Open the conversation up to `message` in a new tab, as a conversation of its own."""
+        idx = next((i for i, m in enumerate(self.conversation.messages) if m is message), None)
+        if idx is not None:
+            self.fork_requested.emit(branches.fork(self.conversation, idx))
 
     def rename(self, title: str) -> None:
         title = title.strip()
@@ -275,7 +344,7 @@ class ChatTab(QWidget):
         self._undim()
         self._editing = None
         self._stashed_draft, draft = "", self._stashed_draft
-        del conv.messages[idx:]
+        branches.set_aside(conv, idx)
         self.view.remove_from(idx)
         conv.add(Message("user", text))
         self.composer.end_edit(draft)
@@ -297,6 +366,9 @@ class ChatTab(QWidget):
         self.reply = reply = Reply(self, message, widget)
         self.composer.set_generating(True)
         self._update_actions()
+        self._submit(reply, history)
+
+    def _submit(self, reply: Reply, history: list[dict[str, str]]) -> None:
         sampling = reply_sampling(self.bridge.settings.sampling) if self.bridge.settings is not None else None
         try:
             reply.ticket = self.bridge.submit(history, sampling, reply)
@@ -305,6 +377,23 @@ class ChatTab(QWidget):
             return
         if self.state == IDLE:
             self.set_state(WAITING)
+
+    def fit_context(self, reply: Reply, refusal: str) -> str | None:
+        """The engine refused the prompt as too long for the context. With "drop oldest turns"
+        chosen, send it again without the oldest turn left (the reply then says how many messages
+        were left out) and return None; else, or with only the last question left, the refusal
+        to show, with what the user can do about it."""
+        conv, m = self.conversation, reply.message
+        path = conv.messages[:-1]  # the history before this reply
+        last_user = max((i for i, x in enumerate(path) if x.role == "user"), default=0)
+        start = next((i for i in range(m.left_out + 1, last_user + 1) if path[i].role == "user"), None)
+        if conv.at_limit != "drop" or start is None or reply is not self.reply:
+            hint = ("even the last message alone is too long; shorten it or raise the context in Settings"
+                    if conv.at_limit == "drop" else "choose “When full: drop oldest turns” above to continue")
+            return f"{refusal[:1].upper()}{refusal[1:]} ({hint})."
+        m.left_out = start
+        self._submit(reply, conv.engine_messages(start))
+        return None
 
     def end_reply(self, reply: Reply, length_limit: bool = False) -> None:
         if reply is not self.reply:
@@ -317,6 +406,7 @@ class ChatTab(QWidget):
         self.save(background=True)
         self.composer.set_generating(False)
         self._update_actions()
+        self.update_meter()
         self.set_state(ERROR if reply.message.error else IDLE)
 
     def set_state(self, state: str) -> None:
@@ -352,18 +442,35 @@ class ChatTab(QWidget):
     def _update_actions(self) -> None:
         if self.engine_picker is not None:
             self.engine_picker.setEnabled(not self.generating)
+        for widget in self.view.widgets:
+            self._decorate(widget)
+
+    def _decorate(self, widget: MessageWidget) -> None:
+        """A message's buttons and its ‹ n/m ›, for what the tab is doing now."""
         msgs = self.conversation.messages
-        last_user = max((i for i, m in enumerate(msgs) if m.role == "user"), default=None)
+        m = widget.message
+        idx = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i] is m), None)
+        if idx is None:
+            return
         idle = not self.generating and not self.editing
-        for i in range(self.view.first, len(msgs)):
-            widget = self.view.widget_for(i)
-            if widget is not None:
-                widget.set_actions(edit=idle and i == last_user,
-                                   regenerate=idle and i == len(msgs) - 1 and widget.message.role == "assistant")
+        widget.set_actions(edit=idle and m.role == "user",
+                           regenerate=idle and idx == len(msgs) - 1 and m.role == "assistant",
+                           fork=idle and bool(m.text))
+        options = branches.siblings(self.conversation, idx)
+        widget.branch.show_place(options.index(m) + 1, len(options), enabled=idle)
 
     def _undim(self) -> None:
         for widget in self.view.widgets:
             widget.set_dimmed(False)
+
+    def update_meter(self) -> None:
+        info = self.bridge.info
+        # A remote engine does not say its context: the meter counts for this computer's only.
+        self.meter.show_for(self.conversation, info.context if isinstance(info, EngineInfo) else None)
+
+    def _at_limit_chosen(self, choice: str) -> None:
+        self.conversation.at_limit = choice
+        self.save()
 
     def _toggle_system(self, on: bool) -> None:
         self.system_edit.setVisible(on)

@@ -7,6 +7,8 @@ while they do), so a long conversation opens as fast as a short one.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from PySide6.QtCore import QEvent, QObject, QPoint, Qt, QTimer, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
@@ -34,8 +36,10 @@ def centered(widget: QWidget, name: str = "", margins: tuple[int, int, int, int]
 
 
 class ChatView(QScrollArea):
-    edit_requested = Signal()  # a message's Edit button
+    edit_requested = Signal(object)  # a message's Edit button: the Message
     regenerate_requested = Signal()  # a reply's Regenerate / Retry button
+    branch_requested = Signal(object, int)  # a message's ‹ › : the Message, -1 or +1
+    fork_requested = Signal(object)  # a message's Fork button: the Message
 
     def __init__(self, parent: QWidget | None = None) -> None:
         # While older messages appear above, the message the reader was looking at stays put.
@@ -59,6 +63,9 @@ class ChatView(QScrollArea):
         self.first = 0  # index of the first message that has a widget
         self.widgets: list[MessageWidget] = []  # for messages[first:]
         self._stick = True
+        # Sets a new widget's buttons and ‹ n/m › (the tab knows the tree); built lazily, widgets
+        # of older messages get theirs as they appear.
+        self.decorate: Callable[[MessageWidget], None] | None = None
         self._more = QTimer(self, singleShot=True, interval=0, timeout=self._build_more)
         bar = self.verticalScrollBar()
         bar.valueChanged.connect(self._scrolled)
@@ -98,6 +105,19 @@ class ChatView(QScrollArea):
         i = index - self.first
         return self.widgets[i] if 0 <= i < len(self.widgets) else None
 
+    def reveal(self, index: int) -> MessageWidget | None:
+        """Build the widgets back to messages[index] if they are not yet, and scroll to it."""
+        if index < self.first:
+            self._prepend(self.first - index)
+        widget = self.widget_for(index)
+        if widget is not None:
+            # Held near the top as the column lays out, until the reader scrolls.
+            self._stick = False
+            self._set_anchor(widget)
+            self._anchor = (widget, _STICK_PX)
+            self._keep_anchor()
+        return widget
+
     @property
     def filling(self) -> bool:
         """Older messages are still being built to fill the column."""
@@ -111,8 +131,12 @@ class ChatView(QScrollArea):
 
     def _make(self, message: Message) -> MessageWidget:
         widget = MessageWidget(message)
-        widget.edit_requested.connect(self.edit_requested)
+        widget.edit_requested.connect(lambda: self.edit_requested.emit(widget.message))
         widget.regenerate_requested.connect(self.regenerate_requested)
+        widget.fork_requested.connect(lambda: self.fork_requested.emit(widget.message))
+        widget.branch.step.connect(lambda step: self.branch_requested.emit(widget.message, step))
+        if self.decorate is not None:
+            self.decorate(widget)
         return widget
 
     def _prepend(self, count: int) -> None:

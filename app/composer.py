@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QTextEdit, QToolButton, QVBoxLayout, QWidget
 
 from . import theme
@@ -21,6 +21,13 @@ MAX_LINES = 8
 
 class _Edit(QTextEdit):
     submit = Signal()
+
+    def event(self, event: QEvent) -> bool:
+        # Ctrl+K is the window's search here, not the text edit's "delete to the end of the line".
+        if event.type() == QEvent.Type.ShortcutOverride and event.matches(QKeySequence.StandardKey.DeleteEndOfLine):
+            event.ignore()
+            return True
+        return super().event(event)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
         plain_enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (

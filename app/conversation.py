@@ -1,10 +1,17 @@
 """One conversation as data: messages, title, the settings it ran with; JSON and Markdown forms.
 
-File format (format_version 1), one JSON object:
+File format (format_version 2), one JSON object:
   format_version, id, title, created, updated (ISO 8601, UTC), model (name of the model of the
   last reply), settings (the EngineSettings dict of the last reply), engine (the id of the remote
   engine the tab uses, "" for this computer), system_prompt, draft (unsent composer text),
-  messages: [{role, text, time, tokens, tok_s, accepted, interrupted, error}], snapshot.
+  messages: [{id, parent, role, text, time, tokens, tok_s, accepted, interrupted, error, ...}] (the branch shown),
+  branches: [the same] (every other message of the tree), pinned, at_limit, snapshot.
+A reply also keeps prompt_tokens, ttft (seconds to its first token) and left_out (messages left
+out of its prompt to fit the context).
+The messages form a tree: each has an id (an int, unique in the file, newer ones larger) and its
+parent's id (null for a first message); regenerating or editing adds a sibling and keeps the old
+one in `branches` (see app/branches.py). Version 1 had no ids and no branches: its messages read
+as one branch, numbered in order.
 `snapshot` is null until KV snapshots exist; then it names a sidecar next to the JSON file
 (see ConversationStore.snapshot_path) and the token count and settings it was taken with, so a
 resumed conversation can skip recomputing its prompt.
@@ -18,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 ROLES = ("user", "assistant")
 _TITLE_CHARS = 48
 
@@ -57,6 +64,11 @@ class Message:
     # True when generation was cut: stopped, crashed or quit mid-answer; the text is what arrived.
     interrupted: bool = False
     error: str | None = None  # why the engine could not write this reply
+    id: int = 0  # its place in the conversation's tree; 0 until Conversation.add numbers it
+    prompt_tokens: int | None = None  # what the engine read to write this reply
+    ttft: float | None = None  # seconds from sending to the first token
+    left_out: int = 0  # earlier messages left out of the prompt to fit the context
+    parent: int | None = None
 
     @classmethod
     def from_dict(cls, raw: Any) -> "Message":
@@ -64,14 +76,18 @@ class Message:
         any other field of the wrong type or out of range is dropped (left at its default)."""
         if not isinstance(raw, dict) or raw.get("role") not in ROLES or not isinstance(raw.get("text"), str):
             raise FormatError(f"bad message: {str(raw)[:80]}")
-        tokens, tok_s = raw.get("tokens"), raw.get("tok_s")
+        tok_s = raw.get("tok_s")
         return cls(role=raw["role"], text=raw["text"], time=timestamp(raw.get("time")),
-                   tokens=tokens if _is_int(tokens) and 0 <= tokens < 1 << 53 else None,
+                   tokens=_count(raw.get("tokens")),
                    tok_s=float(tok_s) if _is_number(tok_s) and 0 <= tok_s < 1e9 else None,
                    accepted=float(raw["accepted"]) if _is_number(raw.get("accepted")) and 1 <= raw["accepted"] <= 17
                    else None,
                    interrupted=raw.get("interrupted") is True,
-                   error=raw.get("error") if isinstance(raw.get("error"), str) else None)
+                   error=raw.get("error") if isinstance(raw.get("error"), str) else None,
+                   id=raw["id"] if _is_int(raw.get("id")) and 0 < raw["id"] < 1 << 53 else 0,
+                   prompt_tokens=_count(raw.get("prompt_tokens")), left_out=_count(raw.get("left_out")) or 0,
+                   ttft=float(raw["ttft"]) if _is_number(raw.get("ttft")) and 0 <= raw["ttft"] < 1e6 else None,
+                   parent=raw["parent"] if _is_int(raw.get("parent")) else None)
 
 
 def timestamp(value: Any) -> str:
@@ -87,6 +103,10 @@ def timestamp(value: Any) -> str:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> int | None:
+    return value if _is_int(value) and 0 <= value < 1 << 53 else None
 
 
 def _is_number(value: Any) -> bool:
@@ -111,8 +131,14 @@ class Conversation:
     draft: str = ""
     messages: list[Message] = field(default_factory=list)
     snapshot: dict[str, Any] | None = None
+    branches: list[Message] = field(default_factory=list)
+    pinned: bool = False  # listed above the others
+    at_limit: str = "refuse"  # at the context's limit: "refuse", or "drop" the oldest turns
 
     def add(self, message: Message) -> Message:
+        """Append `message` to the branch shown, as the child of its last message."""
+        message.id = max((m.id for m in self.messages + self.branches), default=0) + 1
+        message.parent = self.messages[-1].id if self.messages else None
         self.messages.append(message)
         if not self.title and message.role == "user":
             self.title = title_from(message.text)
@@ -121,11 +147,12 @@ class Conversation:
     def touch(self) -> None:
         self.updated = now_iso()
 
-    def engine_messages(self) -> list[dict[str, str]]:
-        """The whole history as the engine's chat messages: resuming is sending all of it."""
+    def engine_messages(self, left_out: int = 0) -> list[dict[str, str]]:
+        """The history as the engine's chat messages, without its first `left_out` messages (to
+        fit the context): resuming is sending all of it."""
         out = [{"role": "system", "content": self.system_prompt}] if self.system_prompt.strip() else []
         # An assistant turn cut before its first token is nothing the model said.
-        out += [{"role": m.role, "content": m.text} for m in self.messages
+        out += [{"role": m.role, "content": m.text} for m in self.messages[left_out:]
                 if m.role == "user" or m.text]
         return out
 
@@ -147,12 +174,15 @@ class Conversation:
             raise FormatError(f"format_version {version} is newer than this Lanechat reads ({FORMAT_VERSION})")
         if not isinstance(raw.get("id"), str) or not isinstance(raw.get("messages"), list):
             raise FormatError("missing id or messages")
-        settings, snapshot = raw.get("settings"), raw.get("snapshot")
+        settings, snapshot, branches = raw.get("settings"), raw.get("snapshot"), raw.get("branches")
+        path, others = linked([Message.from_dict(m) for m in raw["messages"]],
+                              [Message.from_dict(m) for m in branches] if isinstance(branches, list) else [])
         return cls(id=raw["id"], title=_text(raw, "title"), created=timestamp(raw.get("created")),
                    updated=timestamp(raw.get("updated")), model=_text(raw, "model"),
                    settings=settings if isinstance(settings, dict) else {}, engine=_text(raw, "engine"),
                    system_prompt=_text(raw, "system_prompt"), draft=_text(raw, "draft"),
-                   messages=[Message.from_dict(m) for m in raw["messages"]],
+                   messages=path, branches=others, pinned=raw.get("pinned") is True,
+                   at_limit="drop" if raw.get("at_limit") == "drop" else "refuse",
                    snapshot=snapshot if isinstance(snapshot, dict) else None)
 
     def to_markdown(self) -> str:
@@ -167,6 +197,32 @@ class Conversation:
                 head += " (interrupted)"
             parts += [head, "", m.text.rstrip(), ""]
         return "\n".join(parts)
+
+
+def linked(path: list[Message], others: list[Message]) -> tuple[list[Message], list[Message]]:
+    """The tree a file holds, made consistent: a branch shown whose ids and parents do not chain
+    (a version 1 file) is numbered 1, 2, ... in order and keeps no other branches (they could
+    hang anywhere); of the others, those whose parent is not in the tree, or whose id repeats,
+    are dropped."""
+    chained = all(m.id > 0 and m.parent == (path[i - 1].id if i else None) for i, m in enumerate(path))
+    if not chained or len({m.id for m in path}) < len(path):
+        for i, m in enumerate(path):
+            m.id, m.parent = i + 1, i or None
+        return path, []
+    known = {m.id for m in path}
+    kept: list[Message] = []
+    pending = [m for m in others if m.id > 0]
+    while pending:  # a parent may come after its child in the list
+        placed = [m for m in pending if (m.parent is None or m.parent in known) and m.id not in known]
+        if not placed:
+            break
+        for m in placed:
+            if m.id not in known:
+                known.add(m.id)
+                kept.append(m)
+        pending = [m for m in pending if m.id not in known]
+    kept.sort(key=lambda m: m.id)
+    return path, kept
 
 
 def _quote(text: str) -> str:

@@ -19,6 +19,7 @@ from typing import Callable, Protocol
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine import (
+    ContextLengthError,
     Engine,
     EngineInfo,
     EngineSettings,
@@ -53,7 +54,8 @@ class RequestSink(Protocol):
     def on_started(self, prompt_tokens: int) -> None: ...
     def on_text(self, text: str, tokens: int) -> None: ...  # new text since the last call, tokens so far
     def on_finished(self, event: Finished) -> None: ...
-    def on_failed(self, message: str) -> None: ...
+    # too_long: the engine refused the prompt as longer than the context (ContextLengthError).
+    def on_failed(self, message: str, too_long: bool = False) -> None: ...
 
 
 @dataclass(eq=False)
@@ -280,6 +282,8 @@ class EngineBridge(QObject):
                 del self._tickets[ticket.key]
                 if isinstance(ev, Finished):
                     deliver(ticket.sink.on_finished, ev)
+                elif isinstance(ev.refusal, ContextLengthError):
+                    deliver(ticket.sink.on_failed, ev.message, True)
                 else:
                     deliver(ticket.sink.on_failed, ev.message)
         for ticket, parts in text.items():

@@ -1,5 +1,7 @@
-"""The sidebar: every saved conversation, newest first. Click or Enter opens it (or shows its
-tab); the context menu exports to Markdown or deletes (after asking); Delete deletes too."""
+"""The sidebar: every saved conversation, pinned ones first, then newest first. Click or Enter
+opens it (or shows its tab); the context menu pins, exports to Markdown or deletes (after
+asking); Delete deletes too. The search box above (Ctrl+K) keeps only the conversations whose
+title or messages hold what is typed, each with the line around its hit."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -9,6 +11,7 @@ from PySide6.QtGui import QFont, QFontMetrics, QKeyEvent, QPainter
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QMenu,
@@ -20,12 +23,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from . import theme
+from . import search, theme
 from .conversation import Conversation
 
 _ID = Qt.ItemDataRole.UserRole
 _WHEN = Qt.ItemDataRole.UserRole + 1
 _OPEN = Qt.ItemDataRole.UserRole + 2
+_PINNED = Qt.ItemDataRole.UserRole + 3
+_HIT = Qt.ItemDataRole.UserRole + 4  # the line around a search hit, shown instead of the date
 
 
 def when(iso: str) -> str:
@@ -71,7 +76,9 @@ class _Delegate(QStyledItemDelegate):
         painter.drawText(QRect(r.left(), r.top(), r.width(), h), Qt.AlignmentFlag.AlignVCenter, title)
         painter.setFont(option.font)
         painter.setPen(pal.highlightedText().color() if selected else theme.muted(pal))
-        sub = index.data(_WHEN) + ("  ·  open" if index.data(_OPEN) else "")
+        sub = index.data(_HIT) or (("Pinned  ·  " if index.data(_PINNED) else "") + index.data(_WHEN)
+                                   + ("  ·  open" if index.data(_OPEN) else ""))
+        sub = QFontMetrics(option.font).elidedText(sub, Qt.TextElideMode.ElideRight, r.width())
         painter.drawText(QRect(r.left(), r.top() + h + 2, r.width(), h), Qt.AlignmentFlag.AlignVCenter, sub)
         painter.restore()
 
@@ -93,16 +100,23 @@ class HistoryPanel(QWidget):
     export_requested = Signal(str)
     delete_requested = Signal(str)
     new_requested = Signal()
+    pin_requested = Signal(str, bool)
+    search_opened = Signal(str, str)  # a conversation opened from the search, and the query
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._active: str | None = None  # the conversation of the current tab: the one highlighted
+        self._convs: dict[str, Conversation] = {}  # what the search reads
         self.list = _List(objectName="history")
         self.list.setItemDelegate(_Delegate(self.list))
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.customContextMenuRequested.connect(self._menu)
-        self.list.itemActivated.connect(lambda item: self.open_requested.emit(item.data(_ID)))
-        self.list.itemClicked.connect(lambda item: self.open_requested.emit(item.data(_ID)))
+        self.list.itemActivated.connect(self._open)
+        self.list.itemClicked.connect(self._open)
+        self.search = QLineEdit(placeholderText="Search conversations (Ctrl+K)", clearButtonEnabled=True,
+                                objectName="search")
+        self.search.textChanged.connect(self._filter)
+        self.search.returnPressed.connect(self._open_first_hit)
         self.list.delete_pressed.connect(self._delete_current)
         self.new_button = new = QPushButton("New chat", toolTip="Open a new tab (Ctrl+T)")
         new.clicked.connect(self.new_requested)
@@ -117,13 +131,18 @@ class HistoryPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         layout.addLayout(head)
+        search_row = QHBoxLayout()
+        search_row.setContentsMargins(8, 0, 8, 6)
+        search_row.addWidget(self.search)
+        layout.addLayout(search_row)
         layout.addWidget(self._empty)
         layout.addWidget(self.list, 1)
         self._empty.setContentsMargins(12, 24, 12, 0)
 
     def set_conversations(self, convs: list[Conversation], open_ids: set[str]) -> None:
         self.list.clear()
-        for conv in reversed(convs):  # upsert puts each on top
+        self._convs.clear()
+        for conv in reversed(convs):  # upsert puts each on top (of the pinned or of the others)
             self.upsert(conv, conv.id in open_ids)
         self._empty.setVisible(not convs)
         self._highlight()
@@ -139,9 +158,13 @@ class HistoryPanel(QWidget):
         item.setText(conv.title or "New chat")
         item.setData(_WHEN, when(conv.updated))
         item.setData(_OPEN, is_open)
+        item.setData(_PINNED, conv.pinned)
         item.setToolTip(conv.title)
-        self.list.insertItem(0, item)
+        self._convs[conv.id] = conv
+        pinned = sum(1 for i in range(self.list.count()) if self.list.item(i).data(_PINNED))
+        self.list.insertItem(0 if conv.pinned else pinned, item)
         self._empty.hide()
+        self._filter_item(item)
         self._highlight()
 
     def set_open(self, cid: str, is_open: bool) -> None:
@@ -159,6 +182,7 @@ class HistoryPanel(QWidget):
         item = self._item(cid)
         if item is not None:
             self.list.takeItem(self.list.row(item))
+        self._convs.pop(cid, None)
         self._empty.setVisible(self.list.count() == 0)
         self._highlight()
 
@@ -169,6 +193,34 @@ class HistoryPanel(QWidget):
 
     def ids(self) -> list[str]:
         return [self.list.item(i).data(_ID) for i in range(self.list.count())]
+
+    def shown_ids(self) -> list[str]:
+        """The ids the search leaves in the list, in order."""
+        return [cid for i, cid in enumerate(self.ids()) if not self.list.item(i).isHidden()]
+
+    def start_search(self) -> None:
+        self.search.setFocus()
+        self.search.selectAll()
+
+    def _filter(self) -> None:
+        for i in range(self.list.count()):
+            self._filter_item(self.list.item(i))
+
+    def _filter_item(self, item: QListWidgetItem) -> None:
+        query = self.search.text()
+        hit = search.find(self._convs[item.data(_ID)], query) if query.strip() else None
+        item.setData(_HIT, hit.snippet if hit is not None else "")
+        item.setHidden(bool(query.strip()) and hit is None)
+
+    def _open(self, item: QListWidgetItem) -> None:
+        self.open_requested.emit(item.data(_ID))
+        if self.search.text().strip():
+            self.search_opened.emit(item.data(_ID), self.search.text().strip())
+
+    def _open_first_hit(self) -> None:
+        shown = self.shown_ids()
+        if shown:
+            self._open(self._item(shown[0]))
 
     def _highlight(self) -> None:
         item = self._item(self._active) if self._active else None
@@ -191,7 +243,9 @@ class HistoryPanel(QWidget):
             return
         cid = item.data(_ID)
         menu = QMenu(self)
-        menu.addAction("Open", lambda: self.open_requested.emit(cid))
+        menu.addAction("Open", lambda: self._open(item))
+        pinned = bool(item.data(_PINNED))
+        menu.addAction("Unpin" if pinned else "Pin to top", lambda: self.pin_requested.emit(cid, not pinned))
         menu.addAction("Export to Markdown…", lambda: self.export_requested.emit(cid))
         menu.addSeparator()
         menu.addAction("Delete…", lambda: self.delete_requested.emit(cid))

@@ -23,6 +23,8 @@ from PySide6.QtWidgets import (
 )
 
 from . import theme
+from .branch_switch import BranchSwitch
+from .code_highlight import highlight
 from .conversation import Message
 from .markdown import Block, BlockReader, split_blocks
 from .text_view import TextView
@@ -52,6 +54,7 @@ class CodeBlock(QFrame):
     def __init__(self, code: str, lang: str, parent: QWidget | None = None) -> None:
         super().__init__(parent, objectName="codeBlock")
         self.code = ""
+        self._coloured: str | None = None  # the code the colours were made for
         self.lang = lang
         header = QFrame(objectName="codeHeader")
         hl = QHBoxLayout(header)
@@ -73,10 +76,17 @@ class CodeBlock(QFrame):
         self.code = code
         self.view.sync_tail(code)
 
+    def finish(self) -> None:
+        """The block has closed: colour its syntax (once)."""
+        if self._coloured != self.code:
+            self._coloured = self.code
+            highlight(self.view.document(), self.code, self.lang, theme.is_dark(self.palette()))
+
 
 class MessageWidget(QFrame):
     edit_requested = Signal()
     regenerate_requested = Signal()
+    fork_requested = Signal()
 
     def __init__(self, message: Message, parent: QWidget | None = None) -> None:
         user = message.role == "user"
@@ -88,19 +98,25 @@ class MessageWidget(QFrame):
                                  toolTip="Edit this message and send it again (Ctrl+E)")
         self._regenerate = QToolButton(text="Regenerate", objectName="messageAction",
                                        toolTip="Write this reply again (Ctrl+R)")
-        for b in (self._edit, self._regenerate):
+        self._fork = QToolButton(text="Fork", objectName="messageAction",
+                                 toolTip="Continue the conversation up to here in a new tab")
+        self.branch = BranchSwitch()
+        for b in (self._edit, self._regenerate, self._fork):
             b.setCursor(Qt.CursorShape.PointingHandCursor)
             b.hide()
         self._edit.clicked.connect(self.edit_requested)
         self._regenerate.clicked.connect(self.regenerate_requested)
+        self._fork.clicked.connect(self.fork_requested)
         header = QHBoxLayout()
         header.setSpacing(8)
         header.addWidget(self._role)
         # The meta line gives way (cut at the right) in a narrow window, so the buttons stay in view.
         self._meta.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         header.addWidget(self._meta, 1)
+        header.addWidget(self.branch)
         header.addWidget(self._edit)
         header.addWidget(self._regenerate)
+        header.addWidget(self._fork)
         self._copy = _copy_button(lambda: self.message.text, "Copy the whole message")
         header.addWidget(self._copy)
         self._status = QLabel(objectName="status", wordWrap=True)
@@ -197,6 +213,7 @@ class MessageWidget(QFrame):
                 view = self._add_view(CodeBlock(block.text, block.lang) if kind is CodeBlock else TextView())
             if isinstance(view, CodeBlock):
                 view.sync(block.text)
+                view.finish()
             else:
                 view.set_markdown(block.text)
         if self._reader is None:
@@ -226,6 +243,10 @@ class MessageWidget(QFrame):
         self._reader = None
         self._drop_views_from(0)
 
+    def text_views(self) -> list[TextView]:
+        """The body's text views, in order (a code block's own view for code)."""
+        return [_text_view(v) for v in self._views]
+
     def body_text(self) -> str:
         """What the body shows, as plain text (code blocks without their header)."""
         return "\n".join(_text_view(v).text() for v in self._views)
@@ -249,14 +270,19 @@ class MessageWidget(QFrame):
                 parts.append(f"{tps:.1f} tok/s")
             if m.accepted and not self.streaming:
                 parts.append(f"{m.accepted:.2f} accepted per draft window")
+            if m.ttft is not None:
+                parts.append(f"first token {m.ttft:.2f} s")
+            if m.left_out:
+                parts.append(f"{m.left_out} earlier message{'s' if m.left_out != 1 else ''} left out to fit")
             # A reply in progress is marked interrupted on disk (so a crash says so), not on screen.
             if m.interrupted and not m.error and not self.streaming:
                 parts.append("interrupted")
         self._meta.setText("  ·  ".join(p for p in parts if p))
 
-    def set_actions(self, edit: bool = False, regenerate: bool = False) -> None:
+    def set_actions(self, edit: bool = False, regenerate: bool = False, fork: bool = False) -> None:
         self._edit.setVisible(edit)
         self._regenerate.setVisible(regenerate)
+        self._fork.setVisible(fork)
         self._regenerate.setText("Retry" if self.message.error else "Regenerate")
         self._regenerate.setToolTip("Try this reply again (Ctrl+R)" if self.message.error
                                     else "Write this reply again (Ctrl+R)")

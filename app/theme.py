@@ -18,8 +18,16 @@ def muted(palette: QPalette) -> QColor:
 
 
 def error_color(palette: QPalette) -> QColor:
-    dark = palette.color(QPalette.ColorRole.Base).lightnessF() < 0.5
-    return QColor("#ff8a80") if dark else QColor("#b3261e")
+    return QColor("#ff8a80") if is_dark(palette) else QColor("#b3261e")
+
+
+def is_dark(palette: QPalette) -> bool:
+    return palette.color(QPalette.ColorRole.Base).lightnessF() < 0.5
+
+
+def find_color(palette: QPalette) -> QColor:
+    """The background of a search hit in the text."""
+    return QColor("#7a5d00") if is_dark(palette) else QColor("#ffe27a")
 
 
 def restyle(widget: QWidget, object_name: str) -> None:

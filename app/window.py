@@ -41,6 +41,7 @@ from .settings_dialog import SettingsDialog
 from .status_bar import StatusBar
 from .store import ConversationStore
 from .tabs import ConversationTabs
+from .throughput import Throughput
 
 _LOAD_FAILED = "The model could not be loaded"
 _NO_MODEL = "Lanechat needs a model to chat with"
@@ -79,6 +80,8 @@ class MainWindow(QMainWindow):
         self.history.delete_requested.connect(self.delete_conversation)
         self.history.export_requested.connect(self.export_conversation)
         self.history.new_requested.connect(self.new_tab)
+        self.history.pin_requested.connect(self.pin_conversation)
+        self.history.search_opened.connect(lambda _cid, query: self._on_tab(lambda tab: tab.find(query)))
         self.notices = NoticeBar()
         right = QWidget()
         rl = QVBoxLayout(right)
@@ -95,6 +98,8 @@ class MainWindow(QMainWindow):
         self.status = StatusBar(bridge)
         self.status.settings_requested.connect(self.open_settings)
         self.setStatusBar(self.status)
+        self.throughput = Throughput(self.tabs)
+        self.status.addPermanentWidget(self.throughput)
         bridge.state_changed.connect(self._engine_state)
         self.connections, self._connections_notice = load_connections()
         self.engines = EngineChoices(bridge, lambda: self.settings.sampling, self)
@@ -148,6 +153,7 @@ class MainWindow(QMainWindow):
         self.sidebar_action = self._action(m, "&Conversation list", self._toggle_sidebar, "Ctrl+B")
         self.sidebar_action.setCheckable(True)
         self.sidebar_action.setChecked(True)
+        self._action(m, "&Search conversations", self._search, "Ctrl+K", "Ctrl+F")
         self._action(m, "&Next tab", lambda: self._cycle(1), "Ctrl+Tab", "Ctrl+PgDown")
         # Qt matches Ctrl+Shift+Tab presses (which arrive as Backtab) to this, and shows it readably.
         self._action(m, "&Previous tab", lambda: self._cycle(-1), "Ctrl+Shift+Tab", "Ctrl+PgUp")
@@ -162,6 +168,7 @@ class MainWindow(QMainWindow):
         tab.saved.connect(self._saved)
         tab.engine_changed.connect(self._show_tab_engine)
         tab.add_remote_requested.connect(self.open_engines)
+        tab.fork_requested.connect(lambda conv: self.new_tab(conv).save())
         tab.title_changed.connect(lambda _title: self._current_changed())
         self.tabs.add(tab)
         self.history.set_open(tab.conversation.id, True)
@@ -230,6 +237,21 @@ class MainWindow(QMainWindow):
         self.history.remove(cid)
         if self.tabs.count() == 0:
             self.new_tab()
+
+    def pin_conversation(self, cid: str, pinned: bool) -> None:
+        tab = next((t for t in self.tabs.tabs() if t.conversation.id == cid), None)
+        if tab is not None:
+            tab.conversation.pinned = pinned
+            tab.save()
+            return
+        try:
+            conv = self.store.load(cid)
+        except FormatError as e:
+            self.notices.add(str(e), error=True)
+            return
+        conv.pinned = pinned
+        self.saver.now(cid, lambda: self.store.save(conv))
+        self.history.upsert(conv, False)
 
     def export_conversation(self, cid: str) -> None:
         tab = next((t for t in self.tabs.tabs() if t.conversation.id == cid), None)
@@ -428,6 +450,10 @@ class MainWindow(QMainWindow):
     def _toggle_sidebar(self) -> None:
         self._set_sidebar(self.sidebar_action.isChecked())
         self.session_changed()
+
+    def _search(self) -> None:
+        self._set_sidebar(True)
+        self.history.start_search()
 
     def _set_sidebar(self, visible: bool) -> None:
         self.history.setVisible(visible)

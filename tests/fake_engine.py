@@ -30,7 +30,7 @@ class Sink:
     def on_finished(self, event):
         self.calls.append(("finished", event.reason))
 
-    def on_failed(self, message):
+    def on_failed(self, message, too_long=False):
         self.calls.append(("failed", message))
 
     @property

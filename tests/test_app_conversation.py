@@ -84,8 +84,9 @@ GOOD = {"format_version": 1, "id": "c", "title": "t", "created": "2025-01-01T00:
 ANY = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=30) \
     | st.sampled_from(["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "2025-02-30", "\ud800"]) \
     | st.lists(st.integers(), max_size=2) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
-FIELDS = [(k,) for k in GOOD] + [("messages", i, k) for i in (0, 1) for k in
-                                 ("role", "text", "time", "tokens", "tok_s", "interrupted", "error")]
+FIELDS = [(k,) for k in GOOD] + [("branches",)] + [("messages", i, k) for i in (0, 1) for k in
+                                                   ("role", "text", "time", "tokens", "tok_s", "interrupted",
+                                                    "error", "id", "parent")]
 
 
 def put(raw, path: tuple, value) -> None:
@@ -126,6 +127,9 @@ def test_a_loaded_conversation_has_typed_fields_or_is_refused(changes):
         assert m.tokens is None or (type(m.tokens) is int and m.tokens >= 0)
         assert m.tok_s is None or (type(m.tok_s) is float and math.isfinite(m.tok_s))
         assert type(m.interrupted) is bool and (m.error is None or isinstance(m.error, str))
+    ids = [m.id for m in c.messages + c.branches]
+    assert all(type(i) is int and i > 0 for i in ids) and len(set(ids)) == len(ids)
+    assert all(m.parent == (c.messages[i - 1].id if i else None) for i, m in enumerate(c.messages))
 
 
 @pytest.mark.parametrize("field, value", [("error", 5), ("tok_s", "fast"), ("tok_s", float("inf")), ("tokens", -3),

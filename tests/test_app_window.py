@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 
 from app.app_settings import load_settings, save_settings
 from app.chat_tab import WAITING
+from app.conversation import FORMAT_VERSION
 from app.main import create_window
 from engine import EngineSettings, SamplingParams
 
@@ -133,7 +134,7 @@ def test_quit_mid_answer_then_relaunch_restores_and_continues(qtbot, launch, app
     saved = conv_file(app_home, second)
     assert saved["messages"][-1]["interrupted"] is True and saved["messages"][-1]["text"]
     assert saved["system_prompt"] == "Be brief." and saved["draft"] == "an unsent draft"
-    assert saved["format_version"] == 1 and saved["model"] and saved["settings"]["backend"] == "numpy"
+    assert saved["format_version"] == FORMAT_VERSION and saved["model"] and saved["settings"]["backend"] == "numpy"
 
     window = launch(max_tokens=8)
     tabs = window.tabs.tabs()

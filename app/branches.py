@@ -1,0 +1,48 @@
+"""The tree of a conversation's messages, walked from the branch shown (Conversation.messages).
+
+Regenerating a reply or editing a user message adds a sibling: the message it replaces, and
+everything after it, move to Conversation.branches, where they stay (in the file too) until the
+user switches back (‹ 1/2 ›). Siblings are the messages with the same parent, oldest first.
+"""
+from __future__ import annotations
+
+import copy
+
+from .conversation import Conversation, Message
+
+
+def siblings(conv: Conversation, index: int) -> list[Message]:
+    """The alternatives at messages[index] (itself among them), oldest first."""
+    here = conv.messages[index]
+    same = [m for m in conv.branches if m.parent == here.parent] + [here]
+    return sorted(same, key=lambda m: m.id)
+
+
+def set_aside(conv: Conversation, index: int) -> None:
+    """Move messages[index:] off the branch shown, into the tree's other branches."""
+    conv.branches.extend(conv.messages[index:])
+    conv.branches.sort(key=lambda m: m.id)
+    del conv.messages[index:]
+
+
+def switch(conv: Conversation, index: int, target: Message) -> None:
+    """Show the branch through `target`, a sibling of messages[index]: it and, below it, the
+    newest reply at every turn."""
+    if target is conv.messages[index]:
+        return
+    set_aside(conv, index)
+    node: Message | None = target
+    while node is not None:
+        conv.branches.remove(node)
+        conv.messages.append(node)
+        node = max((m for m in conv.branches if m.parent == node.id), key=lambda m: m.id, default=None)
+
+
+def fork(conv: Conversation, index: int) -> Conversation:
+    """A new conversation holding the branch shown up to messages[index] (its own copy, one branch)."""
+    new = Conversation(title=f"{conv.title or 'Conversation'} (fork)", model=conv.model,
+                       settings=copy.deepcopy(conv.settings), engine=conv.engine,
+                       system_prompt=conv.system_prompt)
+    for m in conv.messages[:index + 1]:
+        new.add(copy.copy(m))
+    return new

@@ -1,0 +1,86 @@
+"""The context meter, what happens at the context's limit (refuse, or drop the oldest turns and
+say so), time to first token per reply, and the total rate while several tabs stream."""
+from PySide6.QtCore import Qt
+from test_app_window import conv_file, launch, send, settings_for  # noqa: F401 - the window fixture
+
+from app.context_meter import ContextMeter, used_tokens
+from app.conversation import Conversation, Message
+
+LONG = "many words to fill the context " * 25
+
+
+def test_the_meter_counts_the_last_reply_and_warns_before_the_limit(qtbot):
+    c = Conversation()
+    c.add(Message("user", "q"))
+    c.add(Message("assistant", "a", tokens=40, prompt_tokens=300))
+    meter = ContextMeter()
+    qtbot.addWidget(meter)
+    assert used_tokens(c) == 340
+    meter.show_for(c, 1000)
+    assert meter.label.text() == "Context 340 / 1,000 tokens" and meter.label.objectName() == "meta"
+    meter.show_for(c, 400)
+    assert meter.label.text().endswith("nearly full") and meter.label.objectName() == "error"
+    meter.show_for(c, 300)
+    assert meter.label.text().endswith("· full")
+    meter.show_for(c, None)
+    assert meter.label.text() == ""
+    assert used_tokens(Conversation()) is None
+
+
+def fill(tab, turns):
+    for i in range(turns):
+        tab.conversation.add(Message("user", f"{i}: {LONG}"))
+        tab.conversation.add(Message("assistant", f"answer {i}"))
+    tab.view.set_messages(tab.conversation.messages)
+
+
+def test_at_the_limit_refuses_clearly_or_drops_the_oldest_turns_and_says_so(qtbot, launch, app_home):  # noqa: F811
+    window = launch(max_tokens=4)
+    tab = window.current_tab()
+    assert tab.meter.label.text().startswith("Context 0 / 512")
+    fill(tab, 6)
+    send(qtbot, tab, "And now?")
+    qtbot.waitUntil(lambda: not tab.generating, timeout=30000)
+    reply = tab.conversation.messages[-1]
+    assert reply.error and "does not fit the context" in reply.error and "drop oldest turns" in reply.error
+    assert not reply.left_out
+    # The user picks dropping in the meter's box; Retry now fits by leaving turns out, and says so.
+    tab.meter.choice.setCurrentIndex(tab.meter.choice.findData("drop"))
+    tab.meter.choice.activated.emit(tab.meter.choice.currentIndex())
+    assert tab.conversation.at_limit == "drop"
+    tab.regenerate()
+    qtbot.waitUntil(lambda: not tab.generating, timeout=30000)
+    reply = tab.conversation.messages[-1]
+    assert not reply.error and reply.text and reply.left_out >= 2 and reply.left_out % 2 == 0
+    assert f"{reply.left_out} earlier messages left out to fit" in tab.view.widgets[-1]._meta.text()
+    assert reply.prompt_tokens < 512 and tab.meter.label.text().startswith(f"Context {reply.prompt_tokens + 4}")
+    saved = conv_file(app_home, tab)
+    assert saved["at_limit"] == "drop" and saved["messages"][-1]["left_out"] == reply.left_out
+
+
+def test_a_last_message_too_long_alone_is_refused_even_when_dropping(qtbot, launch):  # noqa: F811
+    window = launch(max_tokens=4)
+    tab = window.current_tab()
+    tab.conversation.at_limit = "drop"
+    fill(tab, 1)
+    send(qtbot, tab, LONG * 3)
+    qtbot.waitUntil(lambda: not tab.generating, timeout=30000)
+    assert "even the last message alone is too long" in tab.conversation.messages[-1].error
+
+
+def test_each_reply_shows_its_first_token_time_and_tabs_together_their_total_rate(qtbot, launch):  # noqa: F811
+    window = launch(max_tokens=100000, parallel=2)
+    first = window.current_tab()
+    send(qtbot, first, "Hello")
+    second = window.new_tab()
+    send(qtbot, second, "Hi")
+    qtbot.waitUntil(lambda: window.throughput.isVisible(), timeout=30000)
+    qtbot.waitUntil(lambda: "tok/s in all" in window.throughput.text() and float(
+        window.throughput.text().split("· ")[1].split()[0]) > 0, timeout=30000)
+    assert window.throughput.text().startswith("2 replies")
+    for tab in (first, second):
+        qtbot.keyClick(tab.composer.edit, Qt.Key.Key_Escape)
+        qtbot.waitUntil(lambda tab=tab: not tab.generating, timeout=30000)
+        m = tab.conversation.messages[-1]
+        assert m.ttft is not None and m.ttft > 0 and f"first token {m.ttft:.2f} s" in tab.view.widgets[-1]._meta.text()
+    qtbot.waitUntil(lambda: not window.throughput.isVisible(), timeout=3000)
