@@ -35,6 +35,8 @@ class Token:
     token_id: int
     text: str  # may be empty inside a multi-byte character
     tokens: int  # tokens generated so far, this one included
+    reasoning: str = ""  # text of the reply's thinking block (engine.thinking), shown apart from `text`
+    thinking: bool = False  # the token belongs to the thinking block
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class Finished:
     prompt_tokens: int
     prompt_tps: float
     decode_tps: float
+    reasoning: str = ""  # the thinking block, without its tags; `text` is the rest of the reply
+    reasoning_tokens: int = 0  # of `tokens`
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,19 @@ CHAT_TEMPLATE = (
     "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+# Qwen3.5's rules in small: the generation prompt opens <think> (or an empty block when thinking is
+# off), and an earlier reply keeps its reasoning_content only after the last user message.
+THINK_TEMPLATE = (
+    "{%- set ns = namespace(last=-1) %}{%- for m in messages %}{%- if m.role == 'user' %}"
+    "{%- set ns.last = loop.index0 %}{%- endif %}{%- endfor %}"
+    "{%- for m in messages %}{{- '<|im_start|>' + m.role + '\n' }}"
+    "{%- if m.role == 'assistant' and m.reasoning_content is string and m.reasoning_content and loop.index0 > ns.last %}"
+    "{{- '<think>\n' + m.reasoning_content + '\n</think>\n\n' }}{%- endif %}"
+    "{{- m.content + '<|im_end|>\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}"
+    "{%- else %}{{- '<think>\n' }}{%- endif %}{%- endif %}"
+)
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. " * 3,
     "Hello world! Hello there, how are you today?\n",
