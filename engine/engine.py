@@ -7,11 +7,12 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import ContextLengthError, LanechatError, RequestError
+from .errors import ContextLengthError, LanechatError, RequestError, StartCancelled
 from .events import Event, Failed, Finished
 from .models import build
 from .ops.base import Backend
@@ -37,6 +38,8 @@ class EngineInfo:
     plan: Plan | None = None  # the plan the engine runs (plan_line is its line)
     # The chat template's own enable_thinking: True or False, None for a model without the toggle.
     thinking: bool | None = None
+    unified: bool = False  # the model's memory is the desktop's (a GB10, or the CPU backend's host RAM)
+    timings: tuple[tuple[str, float], ...] = ()  # seconds per start stage (Runner.timings + kv), in order
 
 
 @dataclass(frozen=True)
@@ -49,34 +52,56 @@ class Usage:
 
 class Runner:
     """A loaded model on a backend; makes schedulers for any KV settings (same weights), each with a
-    cache of its own."""
+    cache of its own.
 
-    def __init__(self, settings: EngineSettings, progress: Progress | None = None, log=print):
+    `progress(what, fraction)` runs on the loading thread between tensors and layers; when `cancel`
+    is set, the next one raises StartCancelled instead. `timings` has the seconds of each stage.
+    """
+
+    def __init__(self, settings: EngineSettings, progress: Progress | None = None, log=print,
+                 cancel: threading.Event | None = None):
         from .ops import get_backend
         settings.validate()
-        say = progress or (lambda msg, frac: None)
+
+        def say(what: str, fraction: float) -> None:
+            if cancel is not None and cancel.is_set():
+                raise StartCancelled("loading the model was cancelled")
+            if progress:
+                progress(what, fraction)
+        self.timings: dict[str, float] = {}
+        t = time.perf_counter()
         backend = get_backend(settings.backend, log=log)
-        say("reading the model", 0.05)
+        t = self._timed("backend", t)
+        say("reading the model", 0.02)
         if settings.model and settings.model.startswith("synthetic:"):
             from .synthetic import synthetic
             loaded = synthetic(settings.model.split(":", 1)[1])
         else:
             from .loader import load_model
-            loaded = load_model(settings.model, progress)
-        say(f"preparing weights on {backend.device}", 0.6)
-        self._prepare(loaded, backend)
-        say("ready", 1.0)
+            loaded = load_model(settings.model, lambda what, f: say(what, 0.02 + 0.58 * f))
+        t = self._timed("weights", t)
+        where = f"preparing weights on {backend.device}"
+        say(where, 0.6)
+        self._prepare(loaded, backend, lambda f: say(where, 0.6 + 0.38 * f))
+        self._timed("prepare", t)
+        say("weights ready", 0.98)
+
+    def _timed(self, stage: str, since: float) -> float:
+        now = time.perf_counter()
+        self.timings[stage] = now - since
+        return now
 
     @classmethod
     def from_model(cls, loaded: Model, backend: Backend) -> "Runner":
         """A Runner for a model already in memory (the bench's synthetic weights built on the GPU)."""
         runner = cls.__new__(cls)
+        runner.timings = {}
         runner._prepare(loaded, backend)
         return runner
 
-    def _prepare(self, loaded: Model, backend: Backend) -> None:
+    def _prepare(self, loaded: Model, backend: Backend, progress: Callable[[float], None] | None = None) -> None:
         self.backend, self.loaded, self.tokenizer = backend, loaded, loaded.tokenizer
-        self.model = build(loaded, backend)
+        self.model = build(loaded, backend, progress)
         backend.synchronize()
 
     def plan(self, settings: EngineSettings) -> Plan:
@@ -174,6 +199,7 @@ class Engine:
         self._ids = itertools.count(1)
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self._cancel = threading.Event()
         self._error: BaseException | None = None
         self._usage = Usage(0, 0, 0, 0)
         self.info: EngineInfo | None = None
@@ -181,7 +207,8 @@ class Engine:
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, progress: Progress | None = None) -> None:
-        """Load the model on the engine thread; blocks until ready, raises LanechatError on failure."""
+        """Load the model on the engine thread; blocks until ready, raises LanechatError on failure
+        (StartCancelled when `cancel_start` was called from another thread meanwhile)."""
         self._thread = threading.Thread(target=self._main, args=(progress,), name="lanechat-engine", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -189,7 +216,14 @@ class Engine:
             self._thread.join()
             raise self._error
 
+    def cancel_start(self) -> None:
+        """Any thread: stop a load in progress at its next tensor or layer (start raises StartCancelled);
+        nothing once the engine is running."""
+        if not self._ready.is_set():
+            self._cancel.set()
+
     def shutdown(self) -> None:
+        self.cancel_start()  # a load in progress stops early
         if self._thread and self._thread.is_alive():
             self._inbox.put(("stop",))
             self._thread.join()
@@ -231,8 +265,11 @@ class Engine:
     # --- the thread -----------------------------------------------------------------------
     def _main(self, progress: Progress | None) -> None:
         try:
-            self.runner = Runner(self.settings, progress, self.log)
+            self.runner = Runner(self.settings, progress, self.log, self._cancel)
+            t = time.perf_counter()
             sched = self.runner.scheduler(self.settings)
+            self.runner.backend.synchronize()
+            self.runner.timings["kv"] = time.perf_counter() - t
         except LanechatError as e:
             self._error = e
         except Exception as e:  # a loader bug must still reach the user as one line
@@ -244,8 +281,11 @@ class Engine:
         b, lm = self.runner.backend, self.runner.loaded
         self.info = EngineInfo(lm.name, b.name, b.device, sched.plan.line, sched.plan.pages_total,
                                self.settings.context, self.settings.parallel, sched.plan,
-                               self._thinking_default())
+                               self._thinking_default(), bool(b.unified_memory) or b.name == "numpy",
+                               tuple(self.runner.timings.items()))
         self.log(sched.plan.line)
+        if progress:
+            progress("ready", 1.0)
         self._ready.set()
         self._loop(sched)
 
