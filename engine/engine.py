@@ -12,7 +12,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import ContextLengthError, LanechatError, RequestError, StartCancelled
+from .errors import ContextLengthError, LanechatError, RequestError, StartCancelledError
 from .events import Event, Failed, Finished
 from .models import build
 from .ops.base import Backend
@@ -55,7 +55,7 @@ class Runner:
     cache of its own.
 
     `progress(what, fraction)` runs on the loading thread between tensors and layers; when `cancel`
-    is set, the next one raises StartCancelled instead. `timings` has the seconds of each stage.
+    is set, the next one raises StartCancelledError instead. `timings` has the seconds of each stage.
     """
 
     def __init__(self, settings: EngineSettings, progress: Progress | None = None, log=print,
@@ -65,7 +65,7 @@ class Runner:
 
         def say(what: str, fraction: float) -> None:
             if cancel is not None and cancel.is_set():
-                raise StartCancelled("loading the model was cancelled")
+                raise StartCancelledError("loading the model was cancelled")
             if progress:
                 progress(what, fraction)
         self.timings: dict[str, float] = {}
@@ -208,7 +208,7 @@ class Engine:
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, progress: Progress | None = None) -> None:
         """Load the model on the engine thread; blocks until ready, raises LanechatError on failure
-        (StartCancelled when `cancel_start` was called from another thread meanwhile)."""
+        (StartCancelledError when `cancel_start` was called from another thread meanwhile)."""
         self._thread = threading.Thread(target=self._main, args=(progress,), name="lanechat-engine", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -217,7 +217,7 @@ class Engine:
             raise self._error
 
     def cancel_start(self) -> None:
-        """Any thread: stop a load in progress at its next tensor or layer (start raises StartCancelled);
+        """Any thread: stop a load in progress at its next tensor or layer (start raises StartCancelledError);
         nothing once the engine is running."""
         if not self._ready.is_set():
             self._cancel.set()

@@ -133,9 +133,9 @@ def test_a_start_reports_its_stages():
 
 
 def test_cancel_start_stops_a_load_at_its_next_tensor(tmp_path):
-    import ckpt
+    from engine.errors import StartCancelledError
 
-    from engine.errors import StartCancelled
+    import ckpt
     ckpt.write_hf(tmp_path, ckpt.tiny_qwen3_5_config(), seed=0)
     eng = Engine(settings(model=str(tmp_path)), log=lambda m: None)
     seen = []
@@ -144,7 +144,7 @@ def test_cancel_start_stops_a_load_at_its_next_tensor(tmp_path):
         seen.append((what, fraction))
         if what == "loading weights":
             eng.cancel_start()
-    with pytest.raises(StartCancelled, match="cancelled"):
+    with pytest.raises(StartCancelledError, match="cancelled"):
         eng.start(progress)
     assert [w for w, _ in seen].count("loading weights") == 1  # it stopped at the next one
     assert eng.runner is None
