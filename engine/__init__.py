@@ -1,7 +1,15 @@
 """Lanechat's engine: the public API the app uses (and nothing else)."""
 from . import hub, installed, jsonfile, paths
 from .engine import Engine, EngineInfo, Usage
-from .errors import BackendError, ContextLengthError, LanechatError, ModelError, PlanError, RequestError, StartCancelledError
+from .errors import (
+    BackendError,
+    ContextLengthError,
+    LanechatError,
+    ModelError,
+    PlanError,
+    RequestError,
+    StartCancelledError,
+)
 from .events import Event, Failed, Finished, Queued, Started, Token
 from .memory import IDLE_UNLOAD_MINUTES, unload_when_idle
 from .plan import Plan, plan
