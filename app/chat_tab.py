@@ -30,6 +30,7 @@ from .engines import EngineChoices, TabEngine
 from .message_view import MessageWidget
 from .saver import Saver
 from .store import ConversationStore
+from .thinking_view import ThinkingToggle
 from .wrap_guard import WrapGuard
 
 STREAM_SAVE_PERIOD_S = 2.0
@@ -70,13 +71,26 @@ class Reply:
                                else "Reading the conversation…")
         self.tab.set_state(GENERATING)
 
+    def on_reasoning(self, text: str, tokens: int) -> None:
+        self._first_output()
+        self.message.reasoning += text
+        self.message.reasoning_tokens = tokens
+        self.widget.append_reasoning(text, tokens)
+        self._progress(max(tokens, self.message.tokens or 0))
+
     def on_text(self, text: str, tokens: int) -> None:
-        if not self.message.text:
-            self.widget.set_status("")
-            self._t0 = time.monotonic()  # tok/s counts decoding, not reading the prompt
+        self._first_output()
         self.message.text += text
         self.message.tokens = tokens
         self.widget.append(text)
+        self._progress(tokens)
+
+    def _first_output(self) -> None:
+        if not self.message.text and not self.message.reasoning:
+            self.widget.set_status("")
+            self._t0 = time.monotonic()  # tok/s counts decoding, not reading the prompt
+
+    def _progress(self, tokens: int) -> None:
         elapsed = time.monotonic() - (self._t0 or time.monotonic())
         self.widget.update_meta(live_tps=tokens / elapsed if elapsed > 0.2 else 0.0)
         if time.monotonic() - self._saved_at > STREAM_SAVE_PERIOD_S:
@@ -86,6 +100,7 @@ class Reply:
     def on_finished(self, event: Finished) -> None:
         m = self.message
         m.text, m.tokens = event.text, event.tokens  # the engine's whole reply: what streamed, joined
+        m.reasoning, m.reasoning_tokens = event.reasoning, event.reasoning_tokens
         m.tok_s = round(event.decode_tps, 2) if event.decode_tps else m.tok_s
         m.interrupted = event.reason in ("cancelled", "shutdown")
         self.tab.end_reply(self, length_limit=event.reason == "length")
@@ -134,6 +149,9 @@ class ChatTab(QWidget):
         bl.setContentsMargins(0, 4, 0, 6)
         row = QHBoxLayout()
         row.addWidget(self.system_toggle)
+        self.thinking_toggle = ThinkingToggle()
+        self.thinking_toggle.changed.connect(self._thinking_chosen)
+        row.addWidget(self.thinking_toggle)
         row.addStretch()
         self.engine_picker: EnginePicker | None = None
         if engines is not None:
@@ -163,6 +181,9 @@ class ChatTab(QWidget):
         self._update_system_toggle()
         self.view.set_messages(conversation.messages)
         self._update_actions()
+        if engines is not None:
+            engines.local.state_changed.connect(self.update_thinking_toggle)
+        self.update_thinking_toggle()
 
     @property
     def title(self) -> str:
@@ -250,6 +271,7 @@ class ChatTab(QWidget):
             self.stop()
         self.bridge = self.engines.get(engine_id)
         self.conversation.engine = self.engines.id_of(self.bridge)
+        self.update_thinking_toggle()
         if self.engine_picker is not None:
             self.engine_picker.show_engine(self.conversation.engine)
         self.save()
@@ -298,7 +320,7 @@ class ChatTab(QWidget):
         self._update_actions()
         sampling = reply_sampling(self.bridge.settings.sampling) if self.bridge.settings is not None else None
         try:
-            reply.ticket = self.bridge.submit(history, sampling, reply)
+            reply.ticket = self.bridge.submit(history, sampling, reply, thinking=conv.thinking)
         except LanechatError as e:
             reply.on_failed(str(e))
             return
@@ -363,6 +385,15 @@ class ChatTab(QWidget):
     def _undim(self) -> None:
         for widget in self.view.widgets:
             widget.set_dimmed(False)
+
+    def update_thinking_toggle(self) -> None:
+        """Show the thinking switch when the tab's model has one (its default until this conversation picks)."""
+        info = self.bridge.info
+        self.thinking_toggle.show_for(info.thinking if info is not None else None, self.conversation.thinking)
+
+    def _thinking_chosen(self, on: bool) -> None:
+        self.conversation.thinking = on
+        self.save()
 
     def _toggle_system(self, on: bool) -> None:
         self.system_edit.setVisible(on)

@@ -100,7 +100,10 @@ class StatusBar(QStatusBar):
         self.pages.setVisible(info is not None)
         if info is not None:
             self.model.setText(info.model_name)
-            self.device.setText(f"{info.backend} · {info.device}")
+            ready = f" · ready in {b.ready_seconds:.1f} s" if b.ready_seconds is not None else ""
+            self.device.setText(f"{info.backend} · {info.device}{ready}")
+            self.device.setToolTip("From Apply (or launch) to ready: "
+                                   + ", ".join(f"{name} {sec:.2f} s" for name, sec in info.timings))
             self.plan.setText(plan_summary(info.plan) if info.plan is not None else info.plan_line, info.plan_line)
         elif loading:
             self.model.setText("Loading model…")
@@ -108,6 +111,8 @@ class StatusBar(QStatusBar):
         elif failed:
             self.model.setText("No model loaded:")
             self.error.setText(_first_line(b.error or ""))
+        elif b.state == "unloaded":
+            self.model.setText("Model unloaded while idle: the next message loads it again")
         else:
             self.model.setText("Engine stopped")
         self.plan.setVisible(info is not None)
