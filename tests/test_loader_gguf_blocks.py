@@ -15,7 +15,7 @@ from engine.weights import Affine, dequantize
 import ckpt_gguf
 
 QT = gguf.GGMLQuantizationType
-LAYOUT = {"Q4_0": (4, 32), "Q4_1": (4, 32), "Q8_0": (8, 32), "Q4_K": (4, 32), "Q5_K": (8, 32), "Q6_K": None}
+LAYOUT = {"Q4_0": (4, 32), "Q4_1": (4, 32), "Q8_0": (8, 32), "Q4_K": (4, 32), "Q5_K": (8, 32), "Q6_K": (8, 16)}
 OK, WHY = cuda_available()
 
 
@@ -42,10 +42,7 @@ def test_written_blocks_equal_gguf_dequantize(name: str) -> None:
     w = weights()
     data, reference = ckpt_gguf.encode(w, name)
     t = decode(QT[name], data, w.shape, "t")
-    if LAYOUT[name] is None:
-        assert isinstance(t, np.ndarray) and t.dtype == np.float32  # Q6_K: the dense path
-    else:
-        assert isinstance(t, Affine) and (t.bits, t.group) == LAYOUT[name]
+    assert isinstance(t, Affine) and (t.bits, t.group) == LAYOUT[name]
     np.testing.assert_array_equal(dequantize(t), reference)
     assert np.abs(reference - w).max() < 0.25 * np.abs(w).max()  # the encoders here really quantize
 
@@ -97,7 +94,7 @@ def gpu_test(f):
 @gpu_test
 @pytest.mark.parametrize("name", list(LAYOUT))
 def test_cupy_weights_equal_gguf_dequantize(name: str) -> None:
-    """Each type as the GPU keeps it (qmv's tile layout for the Affine ones, float32 for Q6_K)
+    """Each type as the GPU keeps it (qmv's tile layout, or float32 for Q6_K's groups of 16)
     dequantizes to gguf's values, and its product matches the float64 product of those values."""
     import cupy
 
@@ -106,7 +103,7 @@ def test_cupy_weights_equal_gguf_dequantize(name: str) -> None:
     w = weights(rows=96, n=512, seed=4)
     data, reference = ckpt_gguf.encode(w, name)
     prepared = b.prepare(decode(QT[name], data, w.shape, "t"))
-    assert isinstance(prepared, DenseWeight if LAYOUT[name] is None else QWeight)
+    assert isinstance(prepared, DenseWeight if name == "Q6_K" else QWeight)
     np.testing.assert_array_equal(cupy.asnumpy(prepared.dequantize()), reference)
     x = np.random.default_rng(5).standard_normal((3, 512)).astype(np.float32)
     got = cupy.asnumpy(b.linear(cupy.asarray(x), prepared))
@@ -124,5 +121,6 @@ def test_cupy_expert_weights_equal_gguf_dequantize(name: str) -> None:
     w = weights(rows=64, n=256, seed=6, lead=(4,))
     data, reference = ckpt_gguf.encode(w, name)
     prepared = b.prepare(decode(QT[name], data, w.shape, "t"), "experts")
+    assert not isinstance(prepared, cupy.ndarray)  # every type stays quantized as experts
     got = prepared.dequantize() if hasattr(prepared, "dequantize") else prepared
     np.testing.assert_array_equal(cupy.asnumpy(got), reference)

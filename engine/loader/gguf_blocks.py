@@ -1,4 +1,4 @@
-"""GGML block formats → the engine's tensors: an exact `Affine` where one exists, float32 where none does.
+"""GGML block formats → the engine's tensors: each one an exact `Affine`.
 
 | type | block (elements: bytes)                                     | becomes                                   |
 | ---- | ----------------------------------------------------------- | ----------------------------------------- |
@@ -8,12 +8,13 @@
 | Q4_K | 256: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins,    | 4-bit g32, fp32 scale d·sc, bias −dmin·m  |
 |      | 128 bytes of nibbles (w = d·sc·q − dmin·m per 32)           |                                           |
 | Q5_K | 256: as Q4_K plus 32 bytes of fifth bits                    | 8-bit codes 0..31 g32, fp32 scale/bias    |
-| Q6_K | 256: 128 bytes of low nibbles, 64 of high pairs, 16 int8    | float32 (dense: the slower path)          |
-|      | scales, f16 d (w = d·sc·(q − 32) per 16)                    |                                           |
+| Q6_K | 256: 128 bytes of low nibbles, 64 of high pairs, 16 int8    | 8-bit codes 0..63 g16, fp32 scale d·sc,   |
+|      | scales, f16 d (w = d·sc·(q − 32) per 16)                    | bias −32·d·sc                             |
 
 Every Affine here reproduces the block's values bit for bit: each product q·scale is exact in fp32
-(at most 21 significant bits) and the one rounding is the same addition ggml makes. Q6_K's 16-element
-groups with int8 scales fit no affine group of 32, so it is dequantized once, here, on the CPU.
+(at most 24 significant bits) and the one rounding is the same addition ggml makes (Q6_K makes none:
+q·scale − 32·scale is d·sc·(q − 32) exactly). Q6_K's groups of 16 are narrower than qmv's tiles: the
+GPU backend keeps such a linear weight as float32 (its dense path); experts stay 8-bit.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def block_shape(kind: QT) -> tuple[int, int]:
 
 
 def decode(kind: QT, data: np.ndarray, shape: tuple[int, ...], where: str) -> Tensor:
-    """The stored blocks of a [..., out, in] tensor as an Affine (or float32 for Q6_K).
+    """The stored blocks of a [..., out, in] tensor as an Affine.
     `data` is the tensor's raw bytes; its size must match the shape exactly."""
     elements, nbytes = block_shape(kind)
     n_in = shape[-1]
@@ -45,9 +46,7 @@ def decode(kind: QT, data: np.ndarray, shape: tuple[int, ...], where: str) -> Te
         raise ModelError(f"{where} is {kind.name} but has shape {list(shape)} ({raw.nbytes} bytes; {kind.name} "
                          f"stores blocks of {elements} values in {nbytes} bytes along the last dimension)")
     b = np.ascontiguousarray(raw).view(np.uint8).reshape(rows, n_in // elements, nbytes)
-    if kind == QT.Q6_K:
-        return q6_k(b).reshape(shape)
-    w = {QT.Q4_0: q4_0, QT.Q4_1: q4_1, QT.Q8_0: q8_0, QT.Q4_K: q4_k, QT.Q5_K: q5_k}[kind](b)
+    w = {QT.Q4_0: q4_0, QT.Q4_1: q4_1, QT.Q8_0: q8_0, QT.Q4_K: q4_k, QT.Q5_K: q5_k, QT.Q6_K: q6_k}[kind](b)
     rows_shape = shape[:-1]  # stacked experts: [E, out] rows
     return Affine(w.packed.reshape(*rows_shape, -1), w.scales.reshape(*rows_shape, -1),
                   w.biases.reshape(*rows_shape, -1), w.bits, w.group)
@@ -142,14 +141,13 @@ def q5_k(b: np.ndarray) -> Affine:
     return _k_affine(b, low | (high << 4), bits=8)
 
 
-def q6_k(b: np.ndarray) -> np.ndarray:
-    """Q6_K → float32 [rows, n]: (d·sc)·(q − 32) per 16 elements, both products exact in fp32."""
+def q6_k(b: np.ndarray) -> Affine:
+    """Q6_K: (d·sc)·(q − 32) per 16 elements = scale·q + bias with scale d·sc (fp32: 18 bits at most)."""
     rows, blocks = b.shape[:2]
     low = _nibbles(b[..., :128], 64)  # [rows, blocks, 256]: 128-element halves, each 64 bytes
     qh = b[..., 128:192].reshape(rows, blocks, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 1, 4, 1)
     high = (qh & 3).reshape(rows, blocks, K_BLOCK)
-    q = (low | (high << 4)).astype(np.int8) - np.int8(32)
+    codes = (low | (high << 4)).reshape(rows, -1)
     sc = np.ascontiguousarray(b[..., 192:208]).view(np.int8).astype(np.float32)
-    d = _f16(b, 208).astype(np.float32)
-    ds = (d[..., None] * sc)[..., None]  # [rows, blocks, 16, 1]
-    return (ds * q.reshape(rows, blocks, 16, 16).astype(np.float32)).reshape(rows, -1)
+    scales = (_f16(b, 208).astype(np.float32)[..., None] * sc).reshape(rows, -1)
+    return Affine(_pack8(codes), scales, scales * np.float32(-32), bits=8, group=16)
