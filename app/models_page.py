@@ -17,9 +17,25 @@ from typing import Callable
 
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDialog, QFrame, QHBoxLayout, QHeaderView, QLabel,
-                               QLineEdit, QListWidget, QMessageBox, QProgressBar, QPushButton, QTableWidget,
-                               QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QDialog,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from engine import EngineSettings, LanechatError, hub, installed, paths
 
@@ -88,7 +104,8 @@ class DownloadPanel(QWidget):
         self.look_button = QPushButton("Look up", objectName="primary")
         self.repo.returnPressed.connect(self.look_button.click)
         self.look_button.clicked.connect(lambda: asyncio.ensure_future(self.look()))
-        self.token = QLineEdit(placeholderText="Access token, for gated or private repos (optional; HF_TOKEN works too)",
+        self.token = QLineEdit(placeholderText="Access token, for gated or private repos "
+                                               "(optional; HF_TOKEN works too)",
                                echoMode=QLineEdit.EchoMode.Password)
         self.suggestions = QListWidget(objectName="suggestions")
         for s in hub.CURATED:

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from app.engine_bridge import EngineBridge
-from engine import Finished, ModelError, Queued, RequestError, Started, StartCancelledError, Token, Usage
+from engine import Finished, ModelError, Queued, RequestError, StartCancelledError, Started, Token, Usage
 
 
 class Sink:

@@ -161,7 +161,8 @@ def test_reasoning_and_the_thinking_toggle_round_trip_and_go_back_to_the_templat
     again = Conversation.from_dict(json.loads(json.dumps(c.to_dict())))
     assert again.thinking is False and again.messages[1].reasoning == "Let me think."
     assert again.messages[1].reasoning_tokens == 4
-    assert again.engine_messages()[1] == {"role": "assistant", "content": "Because.", "reasoning_content": "Let me think."}
+    assert again.engine_messages()[1] == {"role": "assistant", "content": "Because.",
+                                          "reasoning_content": "Let me think."}
     assert "reasoning_content" not in again.engine_messages()[0]
     md = again.to_markdown()
     assert "<details><summary>Thinking</summary>" in md and md.index("Let me think.") < md.index("Because.")

@@ -5,16 +5,16 @@ import asyncio
 
 import pytest
 from fake_engine import _stop_fake_engines, bridge_with  # noqa: F401 - the fixture applies here
-from PySide6.QtWidgets import QMessageBox
 from modal import when_modal
+from PySide6.QtWidgets import QMessageBox
+
+from app.models_page import ModelsPage
+from engine import EngineInfo, EngineSettings, installed
+from engine.paths import models_dir
 
 import ckpt
 import ckpt_gguf
-from engine import EngineInfo, EngineSettings, installed
-from engine.paths import models_dir
 from hub_server import HubServer, Repo
-
-from app.models_page import ModelsPage
 
 CHUNK = 10 * 1024 * 1024  # huggingface_hub's transfer piece
 
