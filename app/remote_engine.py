@@ -289,6 +289,9 @@ class RemoteEngine:
             if isinstance(usage, dict):
                 reply.tokens = usage.get("completion_tokens") or reply.tokens
                 reply.prompt_tokens = usage.get("prompt_tokens") or reply.prompt_tokens
+                details = usage.get("completion_tokens_details")
+                if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
+                    reply.reasoning_tokens = details["reasoning_tokens"]
         if error is not None:
             raise RemoteError(error)
         if reply.reason is None:
