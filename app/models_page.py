@@ -3,13 +3,16 @@
 Download: type a repo id (or pick a suggestion), look it up, see its files and sizes, the format
 and the memory plan for the current settings, then download with progress, pause/resume and
 cancel (engine.hub: verified, and moved into the models folder only when whole). Installed: every
-model in the models folder with its format, size on disk, maximum context and when it was last
-used; use it, open its folder, delete it (after asking). The current model's plan and how long it
-took to get ready show at the bottom. Network and disk work runs on plain threads (in_thread).
+model in the models folder, then those used recently from elsewhere, with its format, size on
+disk, maximum context and when it was last used; the selected one's memory plan with the current
+settings, before it is loaded; use it, open its folder, delete it (after asking; models folder
+only). The current model's plan and how long it took to get ready show at the bottom. Network and
+disk work runs on plain threads (in_thread).
 """
 from __future__ import annotations
 
 import asyncio
+import copy
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -37,7 +40,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import EngineSettings, LanechatError, hub, installed, paths
+from engine import EngineSettings, LanechatError, hub, installed, paths, plan
 
 from .engine_bridge import EngineBridge, in_thread, newest_only
 from .plan_words import memory, plan_sentence
@@ -294,14 +297,33 @@ class DownloadPanel(QWidget):
             self.start_button.setText("Try again")
 
 
+def where(m: installed.Installed) -> str:
+    """The models folder, or the folder it was opened from (the home folder as ~)."""
+    if m.in_folder:
+        return "models folder"
+    parent = m.path.parent
+    try:
+        return "~/" + str(parent.relative_to(Path.home()))
+    except ValueError:
+        return str(parent)
+
+
+def selected_plan(settings: EngineSettings, path: Path) -> str:
+    """Blocking: the plan for this model with these settings, in words (reads only its config)."""
+    s = copy.deepcopy(settings)
+    s.model = str(path)
+    return plan_sentence(plan(s))
+
+
 class InstalledPanel(QWidget):
     use_requested = Signal(str)
 
-    def __init__(self, bridge: EngineBridge, parent: QWidget | None = None) -> None:
+    def __init__(self, bridge: EngineBridge, settings: Callable[[], EngineSettings],
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.bridge = bridge
+        self.bridge, self._settings = bridge, settings
         self.models: list[installed.Installed] = []
-        self.table = _table(["Model", "Format", "Architecture", "Size", "Max context", "Last used"])
+        self.table = _table(["Model", "Format", "Architecture", "Size", "Max context", "Last used", "Where"])
         self.table.itemSelectionChanged.connect(self._selection)
         self.table.itemDoubleClicked.connect(lambda _item: self._use())
         self.note = QLabel(objectName="meta", wordWrap=True)
@@ -311,9 +333,11 @@ class InstalledPanel(QWidget):
         self.use_button.clicked.connect(self._use)
         self.folder_button.clicked.connect(self._open_folder)
         self.delete_button.clicked.connect(self._delete)
+        self.plan = QLabel(wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         self.current = QLabel(wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         current_box = QFrame(objectName="planBox")
         cl = QVBoxLayout(current_box)
+        cl.addWidget(self.plan)
         cl.addWidget(QLabel("Current model", objectName="role"))
         cl.addWidget(self.current)
         buttons = QHBoxLayout()
@@ -334,12 +358,13 @@ class InstalledPanel(QWidget):
             r = self.table.rowCount()
             self.table.insertRow(r)
             cells = [m.name, m.format or "cannot be loaded", m.arch, memory(m.size_bytes),
-                     f"{m.max_context:,}" if m.max_context else "", when(m.last_used)]
+                     f"{m.max_context:,}" if m.max_context else "", when(m.last_used), where(m)]
             for c, text in enumerate(cells):
                 item = _item(text, align_right=c in (3, 4))
                 item.setToolTip(m.error or str(m.path))
                 self.table.setItem(r, c, item)
-        self.note.setText(f"{len(self.models)} model{'s' if len(self.models) != 1 else ''} in {paths.models_dir()}")
+        n = sum(m.in_folder for m in self.models)
+        self.note.setText(f"{n} model{'s' if n != 1 else ''} in {paths.models_dir()}")
         self._selection()
         self.show_current()
 
@@ -350,7 +375,21 @@ class InstalledPanel(QWidget):
     def _selection(self) -> None:
         m = self.selected()
         self.use_button.setEnabled(m is not None and not m.error)
-        self.delete_button.setEnabled(m is not None)
+        self.delete_button.setEnabled(m is not None and m.in_folder)
+        self.delete_button.setToolTip("" if m is None or m.in_folder else "Only models in the models folder are "
+                                      f"deleted here; this one is in {m.path.parent}")
+        if m is None:
+            self.plan.setText("Select a model to see the memory it needs with your settings.")
+        elif m.error:
+            self.plan.setText(f"{m.name} cannot be loaded: {m.error}")
+        else:
+            self.plan.setText(f"Working out the memory {m.name} needs…")
+            asyncio.ensure_future(self._show_plan(m))
+
+    async def _show_plan(self, m: installed.Installed) -> None:
+        text = await in_thread(selected_plan, self._settings(), m.path)
+        if self.selected() is m:  # still the one selected
+            self.plan.setText(f"{m.name} with your settings: {text}")
 
     def _use(self) -> None:
         m = self.selected()
@@ -417,7 +456,7 @@ class ModelsPage(QDialog):
         self.resize(860, 640)
         self.tabs = QTabWidget()
         self.downloads = DownloadPanel(settings)
-        self.installed = InstalledPanel(bridge)
+        self.installed = InstalledPanel(bridge, settings)
         self.tabs.addTab(self.installed, "Installed")
         self.tabs.addTab(self.downloads, "Download")
         self.downloads.finished.connect(self.installed.refresh)

@@ -2,8 +2,10 @@
 maximum context, when it was last used), and deleting one.
 
 Every entry of the models folder that is a model (a .gguf file, or a folder the loader takes) is
-listed; one that cannot be read is listed with its error, so it can still be deleted. When a model
-was last used lives in the state folder (`models-used.json`), written by whoever loads one.
+listed; one that cannot be read is listed with its error, so it can still be deleted. Models used
+recently from elsewhere (a GGUF in LM Studio's folder) follow; only the models folder's are deleted
+here. When a model was last used lives in the state folder (`models-used.json`), written by
+whoever loads one.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class Installed:
     last_used: float | None  # seconds since the epoch
     source: str  # "owner/name" for a download from the Hub, "" otherwise
     error: str = ""  # why it cannot be loaded, if it cannot
+    in_folder: bool = True  # in the models folder (False: used recently from elsewhere)
 
 
 def size_on_disk(path: Path) -> int:
@@ -85,7 +88,7 @@ def _source(path: Path) -> str:
     return raw.get("repo", "") if isinstance(raw, dict) and isinstance(raw.get("repo"), str) else ""
 
 
-def describe_entry(path: Path, used: dict[str, float]) -> Installed:
+def describe_entry(path: Path, used: dict[str, float], in_folder: bool = True) -> Installed:
     from .loader import load_config, resolve
     from .loader.gguf import display_name, quant_label
     from .loader.hf import format_label, read_config
@@ -100,18 +103,22 @@ def describe_entry(path: Path, used: dict[str, float]) -> Installed:
             raw, _ = read_config(model)
             name, label = path.name, format_label(raw, Checkpoint(model), model)
         last = last or used.get(str(model.resolve()))
-        return Installed(path, name, label, cfg.arch, size_on_disk(path), cfg.max_position, last, _source(path))
+        return Installed(path, name, label, cfg.arch, size_on_disk(path), cfg.max_position, last, _source(path),
+                         in_folder=in_folder)
     except LanechatError as e:
-        return Installed(path, path.name, "", "", size_on_disk(path), 0, last, _source(path), str(e))
+        return Installed(path, path.name, "", "", size_on_disk(path), 0, last, _source(path), str(e), in_folder)
 
 
-def listing(folder: Path | None = None) -> list[Installed]:
-    """Every model in the models folder, by name."""
-    folder = folder or paths.models_dir()
+def listing(folder: Path | None = None, recent_limit: int = 8) -> list[Installed]:
+    """Every model in the models folder, by name; then up to `recent_limit` models used recently
+    from other places, newest first."""
+    folder = (folder or paths.models_dir()).resolve()
     used = _read_used()
     entries = [p for p in sorted(folder.iterdir()) if not p.name.startswith(".")
                and (p.is_dir() or p.suffix == ".gguf")]
-    return sorted((describe_entry(p, used) for p in entries), key=lambda m: m.name.lower())
+    inside = sorted((describe_entry(p, used) for p in entries), key=lambda m: m.name.lower())
+    elsewhere = [p for p in recent(MAX_USED) if p != folder and folder not in p.parents][:recent_limit]
+    return inside + [describe_entry(p, used, in_folder=False) for p in elsewhere]
 
 
 def delete(path: str | Path, folder: Path | None = None) -> None:

@@ -124,6 +124,8 @@ def test_installed_list_and_delete_after_asking(qtbot, run_async, page):
     assert [panel.table.item(row, c).text() for c in (1, 2, 4)] == ["HF bf16", "llama", "512"]
     panel.table.selectRow(row)
     assert panel.use_button.isEnabled() and panel.delete_button.isEnabled()
+    qtbot.waitUntil(lambda: "to-delete with your settings: " in panel.plan.text(), timeout=5000)
+    assert "tokens long" in panel.plan.text() and "Memory for" in panel.plan.text()  # before loading it
     when_modal(QMessageBox, lambda box: box.reject())
     panel.delete_button.click()
     assert (models_dir() / "to-delete").exists()  # asked, and not confirmed
@@ -138,3 +140,19 @@ def test_installed_list_and_delete_after_asking(qtbot, run_async, page):
                                 for r in range(panel.table.rowCount())), timeout=5000)
     assert panel.current.text().startswith("fake-model on CPU\nplan: one window\nReady in ")
     assert "(weights 0.5 s, prepare 0.2 s)" in panel.current.text()
+
+
+def test_a_model_used_from_elsewhere_is_listed_and_not_deleted_here(qtbot, page, tmp_path):
+    elsewhere = tmp_path / "lmstudio" / "Elsewhere-Q8_0.gguf"
+    elsewhere.parent.mkdir()
+    ckpt_gguf.write_gguf(elsewhere, ckpt.tiny_gguf_config("llama"), qtype="Q8_0")
+    installed.mark_used(elsewhere)
+    panel = page.installed
+    panel.refresh()
+    row = next(r for r in range(panel.table.rowCount()) if panel.table.item(r, 0).text() == "Elsewhere")
+    assert panel.table.item(row, 1).text() == "GGUF Q8_0" and panel.table.item(row, 5).text() != "never"
+    assert panel.table.item(row, 6).text() == str(elsewhere.parent)
+    panel.table.selectRow(row)
+    assert panel.use_button.isEnabled() and not panel.delete_button.isEnabled()
+    assert "Only models in the models folder are deleted here" in panel.delete_button.toolTip()
+    qtbot.waitUntil(lambda: "Elsewhere with your settings: " in panel.plan.text(), timeout=5000)

@@ -48,6 +48,22 @@ def test_last_used_and_recent(models):
     assert installed.recent() == []
 
 
+def test_models_used_from_elsewhere_follow_the_folders_newest_first(models, tmp_path):
+    lm_studio = tmp_path / "lmstudio"
+    lm_studio.mkdir()
+    ckpt_gguf.write_gguf(lm_studio / "Old-Q8_0.gguf", ckpt.tiny_llama_config(), qtype="Q8_0")
+    ckpt_gguf.write_gguf(lm_studio / "New-Q4_0.gguf", ckpt.tiny_llama_config(), qtype="Q4_0")
+    installed.mark_used(lm_studio / "Old-Q8_0.gguf", when=100.0)
+    installed.mark_used(lm_studio / "New-Q4_0.gguf", when=300.0)
+    installed.mark_used(models / "tiny-hf", when=200.0)  # in the folder: listed once, with the folder's
+    listed = installed.listing()
+    assert [m.path.name for m in listed if not m.in_folder] == ["New-Q4_0.gguf", "Old-Q8_0.gguf"]
+    assert [m.path.name for m in listed].count("tiny-hf") == 1 and listed[-1].format == "GGUF Q8_0"
+    assert [m.path.name for m in installed.listing(recent_limit=1) if not m.in_folder] == ["New-Q4_0.gguf"]
+    with pytest.raises(ModelError, match="only those are deleted here"):
+        installed.delete(lm_studio / "New-Q4_0.gguf")
+
+
 def test_delete_only_inside_the_models_folder(models, tmp_path):
     installed.mark_used(models / "tiny-hf")
     installed.delete(models / "tiny-hf")
