@@ -43,7 +43,7 @@ from PySide6.QtWidgets import (
 from engine import EngineSettings, LanechatError, hub, installed, paths, plan
 
 from .engine_bridge import EngineBridge, in_thread, newest_only
-from .plan_words import memory, plan_sentence
+from .plan_words import plan_sentence, size
 
 
 class Lookup:
@@ -188,6 +188,9 @@ class DownloadPanel(QWidget):
     def _show_lookup(self) -> None:
         lk = self.lookup
         self.files.setRowCount(0)
+        for w in (self.bar, self.use_button, self.pause_button, self.cancel_button):
+            w.hide()  # what the last download showed
+        self.start_button.show()
         self.gguf.setVisible(bool(lk and lk.listing.kind == "gguf"))
         if lk is None:
             self.summary.setText("")
@@ -196,20 +199,20 @@ class DownloadPanel(QWidget):
             return
         total = sum(f.size for f in lk.files)
         self.summary.setText(f"{lk.listing.repo} · {lk.label} · {len(lk.files)} file{'s' if len(lk.files) > 1 else ''}"
-                             f" · {memory(total)} to download")
+                             f" · {size(total)} to download")
         for f in lk.files:
             r = self.files.rowCount()
             self.files.insertRow(r)
             self.files.setItem(r, 0, _item(f.path))
-            self.files.setItem(r, 1, _item(memory(f.size), align_right=True))
+            self.files.setItem(r, 1, _item(size(f.size), align_right=True))
         if lk.listing.kind == "gguf":
             self.gguf.clear()
             for f in lk.listing.ggufs:
-                self.gguf.addItem(f"{f.path}  ({memory(f.size)})", f.path)
+                self.gguf.addItem(f"{f.path}  ({size(f.size)})", f.path)
             self.gguf.setCurrentIndex(self.gguf.findData(lk.files[0].path))
         free = shutil.disk_usage(paths.cache_dir()).free
         self.plan.setText(f"Memory plan with your settings: {lk.plan_text}\n"
-                          f"Disk: {memory(total)} needed, {memory(free)} free.")
+                          f"Disk: {size(total)} needed, {size(free)} free.")
         self.plan.setToolTip(lk.plan_line)
         self.start_button.setEnabled(True)
         self.start_button.setText("Download")
@@ -254,8 +257,8 @@ class DownloadPanel(QWidget):
     def _progress(self, p: hub.Progress) -> None:
         self.bar.setValue(int(1000 * p.done / p.total) if p.total else 0)
         if p.stage == "downloading":
-            rate = f" · {memory(int(p.rate))}/s" if p.rate else ""
-            self.status.setText(f"Downloading {p.file}: {memory(p.done)} of {memory(p.total)}{rate}")
+            rate = f" · {size(int(p.rate))}/s" if p.rate else ""
+            self.status.setText(f"Downloading {p.file}: {size(p.done)} of {size(p.total)}{rate}")
         elif p.stage == "verifying":
             self.status.setText(f"Verifying {p.file}…")
         else:
@@ -284,7 +287,7 @@ class DownloadPanel(QWidget):
             self.pause_button.setText("Resume")
             done = self.download.done_bytes() if self.download else 0
             total = self.download.total if self.download else 0
-            self.status.setText(f"Paused at {memory(done)} of {memory(total)}; it resumes where it stopped.")
+            self.status.setText(f"Paused at {size(done)} of {size(total)}; it resumes where it stopped.")
             return
         self.pause_button.hide()
         self.cancel_button.hide()
@@ -348,21 +351,33 @@ class InstalledPanel(QWidget):
         layout.addWidget(self.table, 1)
         layout.addLayout(buttons)
         layout.addWidget(current_box)
-        bridge.state_changed.connect(self.show_current)
+        bridge.state_changed.connect(self._state_changed)
         self.refresh()
 
+    def _state_changed(self) -> None:
+        if self.bridge.state == "ready" and self.isVisible():
+            self.refresh()  # the model just loaded was used now
+        else:
+            self.show_current()
+
     def refresh(self) -> None:
+        """Read the models folder (and the recent list) again; the selected model stays selected."""
+        chosen = self.selected()
         self.models = installed.listing()
+        self.table.blockSignals(True)
         self.table.setRowCount(0)
         for m in self.models:
             r = self.table.rowCount()
             self.table.insertRow(r)
-            cells = [m.name, m.format or "cannot be loaded", m.arch, memory(m.size_bytes),
+            cells = [m.name, m.format or "cannot be loaded", m.arch, size(m.size_bytes),
                      f"{m.max_context:,}" if m.max_context else "", when(m.last_used), where(m)]
             for c, text in enumerate(cells):
                 item = _item(text, align_right=c in (3, 4))
                 item.setToolTip(m.error or str(m.path))
                 self.table.setItem(r, c, item)
+            if chosen is not None and m.path == chosen.path:
+                self.table.selectRow(r)
+        self.table.blockSignals(False)
         n = sum(m.in_folder for m in self.models)
         self.note.setText(f"{n} model{'s' if n != 1 else ''} in {paths.models_dir()}")
         self._selection()
@@ -406,7 +421,7 @@ class InstalledPanel(QWidget):
         if m is None:
             return
         in_use = self._in_use(m.path)
-        text = (f"Delete {m.name} ({memory(m.size_bytes)}) from {m.path.parent}? This cannot be undone."
+        text = (f"Delete {m.name} ({size(m.size_bytes)}) from {m.path.parent}? This cannot be undone."
                 + (" It is the model loaded now: the engine stops first." if in_use else ""))
         box = QMessageBox(QMessageBox.Icon.Warning, "Delete model", text, parent=self)
         delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)

@@ -91,6 +91,9 @@ def test_download_pause_resume_and_use(qtbot, run_async, page):
     assert chosen == [str(models_dir() / "org--tiny")]
     names = [page.installed.table.item(r, 0).text() for r in range(page.installed.table.rowCount())]
     assert "org--tiny" in names
+    look_up(qtbot, run_async, page, "org/tiny-GGUF")  # the next one starts afresh
+    assert d.start_button.isVisible() and d.start_button.isEnabled()
+    assert not d.bar.isVisible() and not d.use_button.isVisible()
 
 
 def test_cancel_keeps_nothing(qtbot, run_async, page):

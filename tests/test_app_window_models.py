@@ -55,6 +55,9 @@ def test_open_a_model_from_the_models_page_recent_list_and_a_drop(qtbot, launch,
     page.model_chosen.emit(thinking_model)
     qtbot.waitUntil(lambda: window.bridge.state == "ready" and window.bridge.settings.model == thinking_model,
                     timeout=60000)
+    row = next(r for r in range(page.installed.table.rowCount())
+               if str(page.installed.models[r].path) == thinking_model)
+    assert page.installed.table.item(row, 5).text() != "never"  # the list shows it was used now
     menu = RecentModelsMenu(window.open_model, window)
     menu.rebuild()
     labels = [a.text() for a in menu.actions()]
