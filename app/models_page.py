@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import EngineSettings, LanechatError, hub, installed, paths, plan
+from engine import EngineSettings, LanechatError, ModelError, Plan, hub, installed, paths, plan
 
 from .engine_bridge import EngineBridge, in_thread, newest_only
 from .plan_words import plan_sentence, size
@@ -60,9 +60,14 @@ def look_up(repo: str, token: str | None, settings: EngineSettings, gguf: str | 
     """Blocking: the repo's listing, its config.json and the plan (a worker thread's job)."""
     lst = known or hub.listing(repo, token=token)
     files = hub.wanted(lst, gguf)
+    why = ""
     if known is None:
-        config = hub.remote_config(lst, token)
-    plan = hub.plan_before_download(lst, files, settings, config)
+        try:
+            config = hub.remote_config(lst, token, files)
+        except ModelError as e:  # a model this engine cannot run: its files still show, and why
+            config, why = None, str(e)
+    plan = Plan(line=f"plan: cannot be made: {why}", fits=False, error=why) if why else \
+        hub.plan_before_download(lst, files, settings, config)
     return Lookup(lst, files, hub.format_label(lst, files, config[0] if config else None),
                   plan_sentence(plan) if plan.fits else plan.line.removeprefix("plan: "), plan.line, config)
 

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from . import paths
 from .config import ModelConfig, read_json, shown
-from .errors import LanechatError
+from .errors import LanechatError, ModelError
 from .plan import Plan, make_plan
 from .settings import EngineSettings
 
@@ -35,6 +35,8 @@ FOLDER_FILES = ("config.json", "generation_config.json", "tokenizer.json", "toke
                 "special_tokens_map.json", "chat_template.jinja", "chat_template.json", "model.safetensors.index.json")
 DISK_MARGIN = 256 << 20  # a download stops before it leaves less than this free
 DISK_CHECK_BYTES = 32 << 20  # free space is looked at again after this many bytes
+# A GGUF's metadata is read from the file's first bytes; a 150k-token vocabulary takes a few MiB.
+HEADER_FIRST, HEADER_MAX = 1 << 20, 64 << 20
 SOURCE_FILE = "lanechat-source.json"
 _DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}  # config.json's names → safetensors'
   # beside an installed model: where it came from
@@ -176,8 +178,12 @@ def wanted(lst: Listing, gguf: str | None = None) -> list[RemoteFile]:
     raise HubError(f"{lst.repo} holds no model this engine loads (config.json with *.safetensors, or a .gguf file)")
 
 
-def remote_config(lst: Listing, token: str | None = None) -> tuple[dict, ModelConfig] | None:
-    """The repo's config.json (downloaded to the cache: it is small) and the ModelConfig it gives."""
+def remote_config(lst: Listing, token: str | None = None,
+                  files: list[RemoteFile] | None = None) -> tuple[dict, ModelConfig] | None:
+    """The repo's config.json (downloaded to the cache: it is small) and the ModelConfig it gives;
+    for a GGUF repo (`files`: the chosen file) the config from that file's metadata ({} as the raw)."""
+    if lst.kind == "gguf" and files:
+        return {}, gguf_config(lst, files[0], token)
     if lst.file("config.json") is None:
         return None
     from huggingface_hub import hf_hub_download
@@ -188,6 +194,52 @@ def remote_config(lst: Listing, token: str | None = None) -> tuple[dict, ModelCo
         raise _hub_error(lst.repo, e) from None
     raw = read_json(path)
     return raw, ModelConfig.from_hf(raw, f"{lst.repo}/config.json")
+
+
+def gguf_config(lst: Listing, f: RemoteFile, token: str | None = None, first: int = HEADER_FIRST) -> ModelConfig:
+    """A GGUF's ModelConfig from the first bytes of the file (its metadata, vocabulary included, then
+    the tensors' names and shapes), fetched with Range requests, `first` bytes and four times more
+    until the metadata ends inside them (at most HEADER_MAX). The bytes go into a sparse file of
+    the whole size, so the reader finds every tensor's place; 0xFF bytes right after them make a
+    metadata cut short unreadable rather than quietly zero."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    from .loader import gguf as gguf_loader
+    where = f"{lst.repo}/{f.path}"
+    probe = paths.cache_dir() / "downloads" / f".{folder_name(lst, [f])}.header.gguf"
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    url = hf_hub_url(lst.repo, f.path, revision=lst.revision, endpoint=endpoint())
+    n = min(first, f.size)
+    try:
+        location = get_hf_file_metadata(url, token=token, endpoint=endpoint()).location
+        while True:
+            with open(probe, "wb") as out:
+                http_get(location, out, headers={**build_hf_headers(token=token), "Range": f"bytes=0-{n - 1}"},
+                         displayed_filename=f.path)
+                out.truncate(n)  # a server that ignores Range sends it all: keep what was asked for
+                out.seek(n)
+                out.write(b"\xff" * min(1 << 20, f.size - n))
+                out.truncate(f.size)
+            try:
+                reader = gguf_loader.read(probe)
+                if reader.data_offset <= n:
+                    return gguf_loader.config_from_metadata(gguf_loader.Metadata(reader, probe),
+                                                            {t.name for t in reader.tensors}, where)
+            except ModelError as e:
+                if n >= min(HEADER_MAX, f.size):
+                    raise ModelError(str(e).replace(str(probe), where)) from None
+            if n >= min(HEADER_MAX, f.size):
+                raise ModelError(f"{where}: its metadata takes more than {HEADER_MAX >> 20} MiB; download it to "
+                                 "see its plan")
+            n = min(4 * n, HEADER_MAX, f.size)
+    except ModelError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the network's errors, as one line
+        raise _hub_error(lst.repo, e) from None
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def format_label(lst: Listing, files: list[RemoteFile], raw: dict | None) -> str:

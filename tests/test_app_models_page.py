@@ -111,6 +111,7 @@ def test_a_gguf_repo_picks_a_quantization(qtbot, run_async, page):
     d = look_up(qtbot, run_async, page, "org/tiny-GGUF")
     assert d.gguf.isVisible() and d.gguf.count() == 2
     assert d.summary.text().startswith("org/tiny-GGUF · GGUF Q4_K")
+    assert "tokens long" in d.plan.text() and "Memory for" in d.plan.text()  # from the file's first bytes
     d.gguf.setCurrentIndex(d.gguf.findData("Tiny-Q8_0.gguf"))
     run_async(d.look("Tiny-Q8_0.gguf"))
     assert [d.files.item(r, 0).text() for r in range(d.files.rowCount())] == ["Tiny-Q8_0.gguf"]

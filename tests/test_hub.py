@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine import hub
+from engine.errors import ModelError
 from engine.hub import Download, DownloadStoppedError, HubError
 from engine.loader import describe, load_model
 from engine.settings import EngineSettings
@@ -167,6 +168,25 @@ def test_unknown_and_malformed_repos(server, home):
         hub.listing("not a repo")
 
 
+def load_config_of(server, repo: str, name: str, home: Path):
+    from engine.loader import load_config
+    path = home / "whole" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(server.repos[repo].files[name])
+    return load_config(path)
+
+
+def test_a_gguf_config_from_its_first_bytes_asks_for_more_until_the_metadata_ends(server, home):
+    lst = hub.listing("tiny-org/tiny-GGUF")
+    f = lst.file("Tiny-Q8_0.gguf")
+    assert hub.gguf_config(lst, f, first=64) == load_config_of(server, "tiny-org/tiny-GGUF", f.path, home)
+    asked = [r for m, p, r in server.log if p.endswith(f.path) and m == "GET"]
+    assert asked[:3] == ["bytes=0-63", "bytes=0-255", "bytes=0-1023"] and len(asked) < 12
+    assert not list((home / "cache" / "downloads").glob(".*"))  # the probe file is gone
+    with pytest.raises(ModelError, match=r"tiny-org/tiny-GGUF/mmproj-Tiny-F16.gguf: not a readable GGUF"):
+        hub.gguf_config(lst, lst.file("mmproj-Tiny-F16.gguf"))
+
+
 def test_a_gguf_repo(server, home):
     lst = hub.listing("tiny-org/tiny-GGUF")
     assert lst.kind == "gguf" and {f.path for f in lst.ggufs} == {
@@ -176,6 +196,8 @@ def test_a_gguf_repo(server, home):
     assert hub.wanted(lst, "Tiny-Q8_0.gguf")[0].path == "Tiny-Q8_0.gguf"
     with pytest.raises(HubError, match="split GGUF"):
         hub.wanted(lst, "Tiny-BF16-00001-of-00002.gguf")
-    assert not hub.plan_before_download(lst, files, EngineSettings(), hub.remote_config(lst)).fits
+    config = hub.remote_config(lst, files=files)  # from the file's first bytes, before downloading it
+    assert config[1] == load_config_of(server, "tiny-org/tiny-GGUF", "Tiny-Q4_K_M.gguf", home)
+    assert hub.plan_before_download(lst, files, EngineSettings(context=256, memory_gib=1), config).fits
     path = Download(lst, files).run()
     assert path.name == "tiny-org--tiny-GGUF--Q4_K_M" and describe(path).endswith("GGUF Q4_K_M")
