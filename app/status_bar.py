@@ -49,6 +49,8 @@ class StatusBar(QStatusBar):
         self.plan = _ElidedLabel("meta")
         self.pages = QLabel()
         self.progress = QProgressBar(maximumWidth=160, maximum=100, textVisible=False)
+        self.cancel = QPushButton("Cancel", flat=True, toolTip="Stop loading the model (at its next tensor)")
+        self.cancel.clicked.connect(bridge.cancel_start)
         self.error = _ElidedLabel("error")
         self.fix = QPushButton("Open Settings…", flat=True)
         self.fix.clicked.connect(self.settings_requested)
@@ -56,7 +58,7 @@ class StatusBar(QStatusBar):
         self.serving = QLabel(objectName="meta")
         self._remote: RemoteEngine | None = None
         self.addWidget(self.remote, 1)
-        for w in (self.model, self.device, self.progress):
+        for w in (self.model, self.device, self.progress, self.cancel):
             self.addWidget(w)
         self.addWidget(self.error, 1)
         self.addWidget(self.fix)
@@ -86,7 +88,8 @@ class StatusBar(QStatusBar):
         if remote is not None:
             model = remote.config.model or "no model chosen"
             self.remote.setText(f"{remote.label}  ·  {model}")
-            for w in (self.model, self.device, self.plan, self.pages, self.progress, self.error, self.fix):
+            for w in (self.model, self.device, self.plan, self.pages, self.progress, self.cancel, self.error,
+                      self.fix):
                 w.setVisible(False)
             return
         self.model.setVisible(True)
@@ -94,6 +97,7 @@ class StatusBar(QStatusBar):
         info = b.info
         loading, failed = b.state == "starting", b.state == "failed"
         self.progress.setVisible(loading)
+        self.cancel.setVisible(loading)
         self.error.setVisible(failed)
         self.fix.setVisible(failed)
         self.device.setVisible(info is not None)
