@@ -14,6 +14,7 @@ from engine.engine import Runner, run_to_end
 from engine.errors import ModelError
 from engine.loader import describe, load_config, load_model
 from engine.loader.gguf_names import canonical, grouped
+from engine.ops import cuda_available
 from engine.settings import EngineSettings, SamplingParams
 from engine.weights import dequantize
 
@@ -152,3 +153,22 @@ def test_an_unknown_tensor_is_refused_by_name(pairs, tmp_path: Path) -> None:
     path = rewritten(pairs["qwen3_5", "Q8_0"][0], tmp_path / "u.gguf", tensors=extra)
     with pytest.raises(ModelError, match="tensor blk.0.ssm_mystery.weight is not part of a qwen3_5 model"):
         load_model(path)
+
+
+# --- the GPU: every architecture's Q4_K_M mix (Q4_K, Q6_K, Q8_0, experts) loaded by the CuPy backend --
+
+GPU_OK, GPU_WHY = cuda_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU_OK, reason=GPU_WHY or "no GPU")
+@pytest.mark.parametrize("arch", ARCHES)
+def test_a_q4_k_m_gguf_on_the_gpu_gives_the_numpy_logits(pairs, arch: str) -> None:
+    path, _ = pairs[arch, "Q4_K_M"]
+    prompt = list(range(30, 100, 3))
+    logits = []
+    for backend in ("numpy", "cupy"):
+        s = EngineSettings(model=str(path), backend=backend, parallel=1, context=256, memory_gib=1)
+        r = Runner(s, log=lambda m: None)
+        logits.append(r.scheduler(s).prompt_logits(prompt))
+    assert np.linalg.norm(logits[1] - logits[0]) <= 1e-3 * np.linalg.norm(logits[0])
