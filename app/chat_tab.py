@@ -34,6 +34,7 @@ from .engines import EngineChoices, TabEngine
 from .message_view import MessageWidget
 from .saver import Saver
 from .store import ConversationStore
+from .thinking_view import ThinkingToggle
 from .wrap_guard import WrapGuard
 
 STREAM_SAVE_PERIOD_S = 2.0
@@ -77,14 +78,27 @@ class Reply:
                                else "Reading the conversation…")
         self.tab.set_state(GENERATING)
 
+    def on_reasoning(self, text: str, tokens: int) -> None:
+        self._first_output()
+        self.message.reasoning += text
+        self.message.reasoning_tokens = tokens
+        self.widget.append_reasoning(text, tokens)
+        self._progress(max(tokens, self.message.tokens or 0))
+
     def on_text(self, text: str, tokens: int) -> None:
-        if not self.message.text:
-            self.widget.set_status("")
-            self._t0 = time.monotonic()  # tok/s counts decoding, not reading the prompt
-            self.message.ttft = round(self._t0 - self._sent, 3)
+        self._first_output()
         self.message.text += text
         self.message.tokens = tokens
         self.widget.append(text)
+        self._progress(tokens)
+
+    def _first_output(self) -> None:
+        if not self.message.text and not self.message.reasoning:
+            self.widget.set_status("")
+            self._t0 = time.monotonic()  # tok/s counts decoding, not reading the prompt
+            self.message.ttft = round(self._t0 - self._sent, 3)
+
+    def _progress(self, tokens: int) -> None:
         elapsed = time.monotonic() - (self._t0 or time.monotonic())
         self.live_tps = tokens / elapsed if elapsed > 0.2 else 0.0
         self.widget.update_meta(live_tps=self.live_tps)
@@ -95,6 +109,7 @@ class Reply:
     def on_finished(self, event: Finished) -> None:
         m = self.message
         m.text, m.tokens = event.text, event.tokens  # the engine's whole reply: what streamed, joined
+        m.reasoning, m.reasoning_tokens = event.reasoning, event.reasoning_tokens
         m.tok_s = round(event.decode_tps, 2) if event.decode_tps else m.tok_s
         m.accepted = round(event.accepted_length, 2) if event.accepted_length else None
         m.prompt_tokens = event.prompt_tokens or m.prompt_tokens
@@ -153,6 +168,9 @@ class ChatTab(QWidget):
         self.meter = ContextMeter()
         self.meter.at_limit_changed.connect(self._at_limit_chosen)
         row.addWidget(self.meter)
+        self.thinking_toggle = ThinkingToggle()
+        self.thinking_toggle.changed.connect(self._thinking_chosen)
+        row.addWidget(self.thinking_toggle)
         row.addStretch()
         self.engine_picker: EnginePicker | None = None
         if engines is not None:
@@ -187,6 +205,9 @@ class ChatTab(QWidget):
         self._update_actions()
         (engines.local if engines is not None else bridge).state_changed.connect(self.update_meter)
         self.update_meter()
+        if engines is not None:
+            engines.local.state_changed.connect(self.update_thinking_toggle)
+        self.update_thinking_toggle()
 
     @property
     def title(self) -> str:
@@ -289,6 +310,7 @@ class ChatTab(QWidget):
         self.bridge = self.engines.get(engine_id)
         self.conversation.engine = self.engines.id_of(self.bridge)
         self.update_meter()
+        self.update_thinking_toggle()
         if self.engine_picker is not None:
             self.engine_picker.show_engine(self.conversation.engine)
         self.save()
@@ -371,7 +393,7 @@ class ChatTab(QWidget):
     def _submit(self, reply: Reply, history: list[dict[str, str]]) -> None:
         sampling = reply_sampling(self.bridge.settings.sampling) if self.bridge.settings is not None else None
         try:
-            reply.ticket = self.bridge.submit(history, sampling, reply)
+            reply.ticket = self.bridge.submit(history, sampling, reply, thinking=self.conversation.thinking)
         except LanechatError as e:
             reply.on_failed(str(e))
             return
@@ -470,6 +492,15 @@ class ChatTab(QWidget):
 
     def _at_limit_chosen(self, choice: str) -> None:
         self.conversation.at_limit = choice
+        self.save()
+
+    def update_thinking_toggle(self) -> None:
+        """Show the thinking switch when the tab's model has one (its default until this conversation picks)."""
+        info = self.bridge.info
+        self.thinking_toggle.show_for(info.thinking if info is not None else None, self.conversation.thinking)
+
+    def _thinking_chosen(self, on: bool) -> None:
+        self.conversation.thinking = on
         self.save()
 
     def _toggle_system(self, on: bool) -> None:

@@ -58,6 +58,8 @@ class Message:
     role: str
     text: str
     time: str = field(default_factory=now_iso)
+    reasoning: str = ""  # a thinking model's block, shown apart and sent back for the template to keep or drop
+    reasoning_tokens: int | None = None
     tokens: int | None = None
     tok_s: float | None = None
     accepted: float | None = None  # mean tokens per verify window, with a drafter
@@ -76,8 +78,10 @@ class Message:
         any other field of the wrong type or out of range is dropped (left at its default)."""
         if not isinstance(raw, dict) or raw.get("role") not in ROLES or not isinstance(raw.get("text"), str):
             raise FormatError(f"bad message: {str(raw)[:80]}")
-        tok_s = raw.get("tok_s")
+        tok_s, rtokens = raw.get("tok_s"), raw.get("reasoning_tokens")
         return cls(role=raw["role"], text=raw["text"], time=timestamp(raw.get("time")),
+                   reasoning=_text(raw, "reasoning") if raw["role"] == "assistant" else "",
+                   reasoning_tokens=_count(rtokens),
                    tokens=_count(raw.get("tokens")),
                    tok_s=float(tok_s) if _is_number(tok_s) and 0 <= tok_s < 1e9 else None,
                    accepted=float(raw["accepted"]) if _is_number(raw.get("accepted")) and 1 <= raw["accepted"] <= 17
@@ -129,6 +133,7 @@ class Conversation:
     engine: str = ""
     system_prompt: str = ""
     draft: str = ""
+    thinking: bool | None = None  # enable_thinking for this conversation; None: the model's own default
     messages: list[Message] = field(default_factory=list)
     snapshot: dict[str, Any] | None = None
     branches: list[Message] = field(default_factory=list)
@@ -151,9 +156,12 @@ class Conversation:
         """The history as the engine's chat messages, without its first `left_out` messages (to
         fit the context): resuming is sending all of it."""
         out = [{"role": "system", "content": self.system_prompt}] if self.system_prompt.strip() else []
-        # An assistant turn cut before its first token is nothing the model said.
-        out += [{"role": m.role, "content": m.text} for m in self.messages[left_out:]
-                if m.role == "user" or m.text]
+        # An assistant turn cut before its first token is nothing the model said. A reply's thinking
+        # goes back too: the chat template keeps it (the current turn) or drops it (earlier ones).
+        for m in self.messages[left_out:]:
+            if m.role == "user" or m.text or m.reasoning:
+                out.append({"role": m.role, "content": m.text, **({"reasoning_content": m.reasoning}
+                                                                   if m.reasoning else {})})
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -181,6 +189,7 @@ class Conversation:
                    updated=timestamp(raw.get("updated")), model=_text(raw, "model"),
                    settings=settings if isinstance(settings, dict) else {}, engine=_text(raw, "engine"),
                    system_prompt=_text(raw, "system_prompt"), draft=_text(raw, "draft"),
+                   thinking=raw.get("thinking") if isinstance(raw.get("thinking"), bool) else None,
                    messages=path, branches=others, pinned=raw.get("pinned") is True,
                    at_limit="drop" if raw.get("at_limit") == "drop" else "refuse",
                    snapshot=snapshot if isinstance(snapshot, dict) else None)
@@ -195,7 +204,10 @@ class Conversation:
             head = "## You" if m.role == "user" else "## Assistant"
             if m.interrupted:
                 head += " (interrupted)"
-            parts += [head, "", m.text.rstrip(), ""]
+            parts += [head, ""]
+            if m.reasoning.strip():
+                parts += ["<details><summary>Thinking</summary>", "", m.reasoning.strip(), "", "</details>", ""]
+            parts += [m.text.rstrip(), ""]
         return "\n".join(parts)
 
 

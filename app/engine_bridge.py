@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -29,9 +30,11 @@ from engine import (
     ModelError,
     Queued,
     SamplingParams,
+    StartCancelledError,
     Started,
     Token,
     default_model_path,
+    installed,
 )
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,7 @@ class RequestSink(Protocol):
     def on_queued(self, ahead: int, reason: str) -> None: ...
     def on_started(self, prompt_tokens: int) -> None: ...
     def on_text(self, text: str, tokens: int) -> None: ...  # new text since the last call, tokens so far
+    def on_reasoning(self, text: str, tokens: int) -> None: ...  # the same for a thinking model's block
     def on_finished(self, event: Finished) -> None: ...
     # too_long: the engine refused the prompt as longer than the context (ContextLengthError).
     def on_failed(self, message: str, too_long: bool = False) -> None: ...
@@ -64,8 +68,10 @@ class Ticket:
     messages: list[dict[str, str]]
     sampling: SamplingParams | None
     sink: RequestSink
+    thinking: bool | None = None  # the chat template's enable_thinking (None: the model's default)
     key: tuple[int, int] | None = None  # (engine generation, engine request id) once submitted
     tokens: int = 0  # the engine's count, as of the last Token event
+    reasoning_tokens: int = 0  # of them, in the reply's thinking block
     done: bool = False
     phase: str = SENT
     reason: str = ""  # why it waits
@@ -86,8 +92,11 @@ class EngineBridge(QObject):
         self._factory = engine_factory or _local_engine
         self._engine: Engine | None = None
         self._generation = 0
-        self.state = "stopped"  # stopped | starting | ready | failed
+        self.state = "stopped"  # stopped | starting | ready | failed | unloaded (idle: reloads on the next message)
         self.error: str | None = None
+        self.ready_seconds: float | None = None  # from start() to a ready engine, the last time
+        self.last_active = time.monotonic()  # when a request last ran (the idle unloader reads it)
+        self._starting: Engine | None = None
         self.settings: EngineSettings | None = None
         self._pending: list[Ticket] = []  # sent while the model loads
         self._tickets: dict[tuple[int, int], Ticket] = {}
@@ -134,15 +143,19 @@ class EngineBridge(QObject):
         generation = self._generation
         self.settings, self.error, self.state = settings, None, "starting"
         self.state_changed.emit()
-        report, poll = newest_only(self.progress.emit)
+        report, poll = newest_only(self._loading)
+        t0 = time.monotonic()
         try:
-            engine = self._factory(settings)
+            engine = self._starting = self._factory(settings)
             await in_thread(engine.start, report, poll=poll)
         except Exception as e:  # noqa: BLE001 - any load failure must leave the app usable
             if generation != self._generation:  # abandoned by stop(): nobody waits for this load
                 return
+            self._starting = None
             self.state = "failed"
-            self.error = str(e) if isinstance(e, LanechatError) else f"{type(e).__name__}: {e}"
+            cancelled = isinstance(e, StartCancelledError)
+            self.error = "loading was cancelled" if cancelled else (
+                str(e) if isinstance(e, LanechatError) else f"{type(e).__name__}: {e}")
             pending, self._pending = self._pending, []
             for ticket in pending:
                 deliver(ticket.sink.on_failed, f"No model is loaded: {self.error}")
@@ -151,10 +164,14 @@ class EngineBridge(QObject):
             if isinstance(e, LanechatError):
                 raise
             raise LanechatError(self.error) from e
+        self._starting = None
         if generation != self._generation:  # stop() or another start() overtook this one
             await in_thread(engine.shutdown)
             return
+        self.ready_seconds = time.monotonic() - t0
+        self.last_active = time.monotonic()
         self._engine, self.state = engine, "ready"
+        self._remember(settings.model)
         self._usage_timer.start()
         self._drain_timer.start()
         pending, self._pending = self._pending, []
@@ -163,6 +180,35 @@ class EngineBridge(QObject):
         self.state_changed.emit()
         self.activity_changed.emit()
         self._poll_usage()
+
+    @staticmethod
+    def _remember(model: str | None) -> None:
+        """The model was used now (the models page and File → Recent models show it)."""
+        if model and model.startswith("synthetic:"):
+            return
+        try:
+            installed.mark_used(model or default_model_path())
+        except OSError as e:
+            log.warning("could not note the model as used: %s", e)
+
+    def _loading(self, what: str, fraction: float) -> None:
+        """Load progress: the signal, and the replies that wait for it say how far it is."""
+        self.progress.emit(what, fraction)
+        for ticket in self._pending:
+            deliver(ticket.sink.on_queued, 0, f"{ticket.reason}: {what}, {fraction:.0%}")
+
+    def cancel_start(self) -> None:
+        """Stop a load in progress (start() then fails with "loading was cancelled")."""
+        if self._starting is not None:
+            self._starting.cancel_start()
+
+    async def unload(self) -> None:
+        """Free the model's memory; the next message loads it again (state "unloaded")."""
+        if self.state != "ready" or self.busy:
+            return
+        await self.stop()
+        self.state = "unloaded"
+        self.state_changed.emit()
 
     async def stop(self) -> None:
         """Shut the engine down off the GUI thread (a step in progress finishes first)."""
@@ -179,6 +225,8 @@ class EngineBridge(QObject):
             self._drain()
 
     def _detach(self) -> Engine | None:
+        if self._starting is not None:
+            self._starting.cancel_start()  # a load being abandoned stops at its next tensor
         engine, self._engine = self._engine, None
         self._usage_timer.stop()
         self._drain_timer.stop()
@@ -191,10 +239,17 @@ class EngineBridge(QObject):
     # --- requests --------------------------------------------------------------------------
 
     def submit(self, messages: list[dict[str, str]], sampling: SamplingParams | None,
-               sink: RequestSink) -> Ticket:
-        """Send a chat; raises LanechatError (RequestError...) if the engine refuses it outright."""
-        ticket = Ticket(messages, sampling, sink)
-        if self.state == "starting":
+               sink: RequestSink, thinking: bool | None = None) -> Ticket:
+        """Send a chat; raises LanechatError (RequestError...) if the engine refuses it outright.
+        An unloaded model is loaded again first (the reply says so, with the progress)."""
+        ticket = Ticket(messages, sampling, sink, thinking)
+        self.last_active = time.monotonic()
+        if self.state == "unloaded" and self.settings is not None:
+            ticket.phase, ticket.reason = WAITING, "loading the model again (it was unloaded while idle)"
+            self._pending.append(ticket)
+            deliver(sink.on_queued, 0, ticket.reason)
+            asyncio.ensure_future(self._reload())
+        elif self.state == "starting":
             ticket.phase, ticket.reason = WAITING, "waiting for the model to load"
             self._pending.append(ticket)
             deliver(sink.on_queued, 0, ticket.reason)
@@ -205,11 +260,17 @@ class EngineBridge(QObject):
         self.activity_changed.emit()
         return ticket
 
+    async def _reload(self) -> None:
+        try:
+            await self.start(self.settings)
+        except LanechatError:
+            pass  # the waiting replies were told why
+
     def _submit(self, ticket: Ticket, deliver_errors: bool = True) -> None:
         assert self._engine is not None
         on_event = functools.partial(self._on_event, self._generation)
         try:
-            rid = self._engine.submit(ticket.messages, ticket.sampling, on_event=on_event)
+            rid = self._engine.submit(ticket.messages, ticket.sampling, on_event=on_event, thinking=ticket.thinking)
         except LanechatError as e:
             ticket.done = True
             if not deliver_errors:
@@ -259,6 +320,7 @@ class EngineBridge(QObject):
         if not events:
             return
         text: dict[Ticket, list[str]] = {}  # per ticket: tokens not yet delivered
+        reasoning: dict[Ticket, list[str]] = {}
         phases = [(t, t.phase) for t in self._tickets.values()]
         for generation, ev in events:
             ticket = self._tickets.get((generation, ev.request_id))
@@ -266,10 +328,15 @@ class EngineBridge(QObject):
                 continue
             if isinstance(ev, Token):
                 ticket.tokens = ev.tokens
+                ticket.reasoning_tokens += ev.thinking
                 ticket.phase = GENERATING
-                text.setdefault(ticket, []).append(ev.text)
+                if ev.reasoning:
+                    reasoning.setdefault(ticket, []).append(ev.reasoning)
+                if ev.text:
+                    text.setdefault(ticket, []).append(ev.text)
                 continue
-            self._flush(ticket, text.pop(ticket, None))  # text before the event that follows it
+            # what arrived before the event that follows it
+            self._flush(ticket, reasoning.pop(ticket, None), text.pop(ticket, None))
             if isinstance(ev, Queued):
                 ticket.phase, ticket.reason = WAITING, ev.reason
                 ticket.ahead = min(ev.ahead, self._waiting_ahead_of(ticket))
@@ -286,8 +353,8 @@ class EngineBridge(QObject):
                     deliver(ticket.sink.on_failed, ev.message, True)
                 else:
                     deliver(ticket.sink.on_failed, ev.message)
-        for ticket, parts in text.items():
-            self._flush(ticket, parts)
+        for ticket in {**reasoning, **text}:
+            self._flush(ticket, reasoning.get(ticket), text.get(ticket))
         self._recount_waiting()
         if phases != [(t, t.phase) for t in self._tickets.values()]:
             self.activity_changed.emit()
@@ -312,13 +379,18 @@ class EngineBridge(QObject):
                     deliver(ticket.sink.on_queued, ahead, ticket.reason)
 
     @staticmethod
-    def _flush(ticket: Ticket, parts: list[str] | None) -> None:
+    def _flush(ticket: Ticket, reasoning: list[str] | None, parts: list[str] | None) -> None:
+        if reasoning:
+            deliver(ticket.sink.on_reasoning, "".join(reasoning), ticket.reasoning_tokens)
         if parts:
             deliver(ticket.sink.on_text, "".join(parts), ticket.tokens)
 
     def _poll_usage(self) -> None:
         if self._engine is not None and self.state == "ready":
-            self.usage_changed.emit(self._engine.usage())
+            usage = self._engine.usage()
+            if usage.active or usage.waiting or self._tickets:  # the local server's streams count too
+                self.last_active = time.monotonic()
+            self.usage_changed.emit(usage)
 
 
 def _local_engine(settings: EngineSettings) -> Engine:

@@ -28,6 +28,7 @@ from .code_highlight import highlight
 from .conversation import Message
 from .markdown import Block, BlockReader, split_blocks
 from .text_view import TextView
+from .thinking_view import ThinkingSection
 
 
 def _copy_button(text_source: Callable[[], str], tooltip: str) -> QToolButton:
@@ -129,10 +130,12 @@ class MessageWidget(QFrame):
         self._reader: BlockReader | None = None  # while a reply streams
         self._streamed = ""
         self._finished = 0  # blocks of the streaming reply whose views are final
+        self.thinking: ThinkingSection | None = None  # a thinking model's block, above the answer
         layout = QVBoxLayout(self)
         layout.setContentsMargins(14, 8, 14, 12)
         layout.setSpacing(4)
         layout.addLayout(header)
+        self._layout = layout
         layout.addLayout(self._body)
         layout.addWidget(self._status)  # under the text: why it stopped reads after what was said
         self.show_final()
@@ -154,10 +157,25 @@ class MessageWidget(QFrame):
         self.append(self.message.text)
         self.update_meta()
 
+    def append_reasoning(self, text: str, tokens: int) -> None:
+        """New characters of the reply's thinking block (shown in its section, closed unless opened)."""
+        if self._reader is None or not text:
+            return
+        self._thinking_section().append(text, tokens)
+        self.thinking.set_live(True)
+
+    def _thinking_section(self) -> ThinkingSection:
+        if self.thinking is None:
+            self.thinking = ThinkingSection()
+            self._layout.insertWidget(1, self.thinking)  # under the header, above the answer
+        return self.thinking
+
     def append(self, text: str) -> None:
         """New characters of a streaming reply; costs what they add, not what came before."""
         if self._reader is None or not text:
             return
+        if self.thinking is not None and self.thinking.live:
+            self.thinking.set_live(False)  # the answer has begun
         self._streamed += text
         self._reader.feed(text)
         self._sync_stream()
@@ -179,6 +197,7 @@ class MessageWidget(QFrame):
                 self._sync_blocks(split_blocks(self.message.text))
         for view in self._views:
             _text_view(view).set_live(False)
+        self._show_thinking()
         self.set_status(self.message.error or "", error=bool(self.message.error))
         self._copy.setVisible(bool(self.message.text))
         self.update_meta()
@@ -246,6 +265,15 @@ class MessageWidget(QFrame):
     def text_views(self) -> list[TextView]:
         """The body's text views, in order (a code block's own view for code)."""
         return [_text_view(v) for v in self._views]
+
+    def _show_thinking(self) -> None:
+        m = self.message
+        if m.reasoning:
+            self._thinking_section().set_final(m.reasoning, m.reasoning_tokens)
+        elif self.thinking is not None:
+            self._layout.removeWidget(self.thinking)
+            self.thinking.deleteLater()
+            self.thinking = None
 
     def body_text(self) -> str:
         """What the body shows, as plain text (code blocks without their header)."""

@@ -12,6 +12,13 @@ def memory(n: int) -> str:
     return f"{n / _GIB:.2f} GiB" if n >= _GIB else f"{max(1, round(n / _MIB))} MiB"
 
 
+def size(n: int) -> str:
+    """A file's size: bytes and KiB too (a config file is not "1 MiB")."""
+    if n >= _MIB:
+        return memory(n)
+    return f"{n} B" if n < 1024 else f"{round(n / 1024)} KiB"
+
+
 def words(tokens: int) -> str:
     n = tokens * WORDS_PER_TOKEN
     return f"{round(n, -2 if n >= 1000 else -1):,.0f}"

@@ -35,6 +35,7 @@ class RemoteError(LanechatError):
 class RemoteInfo:
     model_name: str
     url: str
+    thinking: bool | None = None  # a remote model's thinking default is not known here: no toggle
 
 
 @dataclass(frozen=True)
@@ -94,20 +95,29 @@ class _Reply:
     def __init__(self, ticket: Ticket) -> None:
         self.ticket = ticket
         self.text = ""
+        self.reasoning = ""
         self.tokens = 0
+        self.reasoning_tokens = 0
         self.prompt_tokens = 0
         self.reason: str | None = None
         self.t_first = self.t_last = 0.0
         self._pending: list[str] = []
+        self._pending_reasoning: list[str] = []
         self._timer: asyncio.TimerHandle | None = None
 
-    def add(self, text: str) -> None:
+    def add(self, text: str, reasoning: bool = False) -> None:
+        """One streamed piece of the answer, or (reasoning) of its thinking block."""
         now = time.monotonic()
         self.t_first = self.t_first or now
         self.t_last = now
-        self.text += text
         self.tokens += 1  # servers stream a token per chunk; the usage at the end corrects it
-        self._pending.append(text)
+        if reasoning:
+            self.reasoning += text
+            self.reasoning_tokens += 1
+            self._pending_reasoning.append(text)
+        else:
+            self.text += text
+            self._pending.append(text)
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(DRAIN_PERIOD_MS / 1000, self.flush)
 
@@ -115,9 +125,12 @@ class _Reply:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._pending_reasoning and not self.ticket.done:
+            deliver(self.ticket.sink.on_reasoning, "".join(self._pending_reasoning), self.reasoning_tokens)
         if self._pending and not self.ticket.done:
             deliver(self.ticket.sink.on_text, "".join(self._pending), self.tokens)
         self._pending.clear()
+        self._pending_reasoning.clear()
 
     def finish(self, reason: str) -> None:
         self.flush()
@@ -127,7 +140,8 @@ class _Reply:
         span = self.t_last - self.t_first
         tps = (self.tokens - 1) / span if span > 0 and self.tokens > 1 else 0.0
         deliver(self.ticket.sink.on_finished, Finished(-1, reason, self.text, self.tokens, self.prompt_tokens,
-                                                         0.0, tps))
+                                                         0.0, tps, reasoning=self.reasoning,
+                                                         reasoning_tokens=self.reasoning_tokens))
 
     def fail(self, message: str) -> None:
         self.flush()
@@ -161,10 +175,11 @@ class RemoteEngine:
     def busy(self) -> int:
         return len(self._tasks)
 
-    def submit(self, messages: list[dict[str, str]], sampling: SamplingParams | None, sink) -> Ticket:
+    def submit(self, messages: list[dict[str, str]], sampling: SamplingParams | None, sink,
+               thinking: bool | None = None) -> Ticket:
         if not self.config.model:
             raise RemoteError(f"No model is chosen for {self.config.label}: pick one in Engines and server…")
-        ticket = Ticket(messages, sampling, sink)
+        ticket = Ticket(messages, sampling, sink, thinking)
         self._tasks[ticket] = asyncio.ensure_future(self._run(ticket))
         return ticket
 
@@ -190,7 +205,9 @@ class RemoteEngine:
 
     def _body(self, ticket: Ticket) -> dict[str, Any]:
         sp = ticket.sampling or self._sampling()
-        body: dict[str, Any] = {"model": self.config.model, "messages": ticket.messages, "stream": True,
+        # An earlier reply's thinking stays here: not every server takes reasoning_content in a message.
+        messages = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in ticket.messages]
+        body: dict[str, Any] = {"model": self.config.model, "messages": messages, "stream": True,
                                 "stream_options": {"include_usage": True}, "temperature": sp.temperature,
                                 "top_p": sp.top_p, "max_tokens": sp.max_tokens}
         if sp.seed:
@@ -202,6 +219,8 @@ class RemoteEngine:
             body["top_k"] = sp.top_k
         if sp.ignore_eos:
             body["ignore_eos"] = True
+        if ticket.thinking is not None:
+            body["chat_template_kwargs"] = {"enable_thinking": ticket.thinking}
         return body
 
     async def _run(self, ticket: Ticket) -> None:
@@ -258,7 +277,12 @@ class RemoteEngine:
                 error = f"{host} stopped this reply: {err.get('message') if isinstance(err, dict) else err}"
                 continue
             for choice in chunk.get("choices") or []:
-                text = (choice.get("delta") or {}).get("content")
+                delta = choice.get("delta") or {}
+                # vLLM and llama-server send a thinking model's block as reasoning_content (newer vLLM: reasoning)
+                thought = delta.get("reasoning_content") or delta.get("reasoning")
+                if isinstance(thought, str) and thought:
+                    reply.add(thought, reasoning=True)
+                text = delta.get("content")
                 if text:
                     reply.add(text)
                 reply.reason = choice.get("finish_reason") or reply.reason
@@ -266,6 +290,9 @@ class RemoteEngine:
             if isinstance(usage, dict):
                 reply.tokens = usage.get("completion_tokens") or reply.tokens
                 reply.prompt_tokens = usage.get("prompt_tokens") or reply.prompt_tokens
+                details = usage.get("completion_tokens_details")
+                if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
+                    reply.reasoning_tokens = details["reasoning_tokens"]
         if error is not None:
             raise RemoteError(error)
         if reply.reason is None:

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 
 from engine import EngineSettings, LanechatError, default_model_path, describe_model, model_sampling_defaults, plan
 
-from . import theme
+from . import idle_unload, theme
 from .app_settings import MODEL_SAMPLING, recommended_sampling
 from .model_download import DownloadButton
 from .plan_words import plan_sentence
@@ -68,8 +68,9 @@ def _dspin(lo: float, hi: float, value: float, step: float, decimals: int = 2, s
 
 class SettingsDialog(QDialog):
     def __init__(self, settings: EngineSettings, busy: int = 0, chosen: set[str] | None = None,
-                 parent: QWidget | None = None) -> None:
-        """`chosen`: the sampling fields the user set (the rest follow the model); None: all of them."""
+                 parent: QWidget | None = None, idle: int | None = None, unified: bool | None = None) -> None:
+        """`chosen`: the sampling fields the user set (the rest follow the model); None: all of them.
+        `idle`: the unload-when-idle choice (app.idle_unload); `unified`: the running engine's memory kind."""
         super().__init__(parent, windowTitle="Settings")
         self._base = settings
         self.chosen = set(MODEL_SAMPLING) if chosen is None else set(chosen)
@@ -123,6 +124,9 @@ class SettingsDialog(QDialog):
         self.drafter = _combo(_DRAFTERS, s.drafter)
         self.draft_tokens = _spin(1, 16, s.draft_tokens)
         self.draft_tokens.setSuffix(" drafts per step")
+        self.idle = _combo([(c, idle_unload.describe(c, unified)) for c in idle_unload.CHOICES], idle)
+        self.idle.setToolTip("Give the model's memory back when no message came for a while; "
+                             "the next message loads it again")
         engine_box = QGroupBox("Engine")
         ef = QFormLayout(engine_box)
         ef.addRow("Backend", self.backend)
@@ -134,6 +138,7 @@ class SettingsDialog(QDialog):
         ef.addRow("Memory budget", memory_row)
         ef.addRow("Speculative drafter", self.drafter)
         ef.addRow("Drafts", self.draft_tokens)
+        ef.addRow("Unload when idle", self.idle)
 
         # Sampling
         self.temperature = _dspin(0, 2, sp.temperature, 0.05, special="0 (greedy)")
@@ -224,6 +229,10 @@ class SettingsDialog(QDialog):
         sp.max_tokens = self.max_tokens.value()
         sp.seed = self.seed.value()
         return s
+
+    def idle_choice(self) -> int | None:
+        """Minutes before an idle model is unloaded: None automatic, 0 never."""
+        return self.idle.currentData()
 
     def chosen_sampling(self) -> set[str]:
         """The sampling fields the user set here or before (the others follow the model)."""

@@ -49,6 +49,8 @@ class StatusBar(QStatusBar):
         self.plan = _ElidedLabel("meta")
         self.pages = QLabel()
         self.progress = QProgressBar(maximumWidth=160, maximum=100, textVisible=False)
+        self.cancel = QPushButton("Cancel", flat=True, toolTip="Stop loading the model (at its next tensor)")
+        self.cancel.clicked.connect(bridge.cancel_start)
         self.error = _ElidedLabel("error")
         self.fix = QPushButton("Open Settings…", flat=True)
         self.fix.clicked.connect(self.settings_requested)
@@ -56,7 +58,7 @@ class StatusBar(QStatusBar):
         self.serving = QLabel(objectName="meta")
         self._remote: RemoteEngine | None = None
         self.addWidget(self.remote, 1)
-        for w in (self.model, self.device, self.progress):
+        for w in (self.model, self.device, self.progress, self.cancel):
             self.addWidget(w)
         self.addWidget(self.error, 1)
         self.addWidget(self.fix)
@@ -86,7 +88,8 @@ class StatusBar(QStatusBar):
         if remote is not None:
             model = remote.config.model or "no model chosen"
             self.remote.setText(f"{remote.label}  ·  {model}")
-            for w in (self.model, self.device, self.plan, self.pages, self.progress, self.error, self.fix):
+            for w in (self.model, self.device, self.plan, self.pages, self.progress, self.cancel, self.error,
+                      self.fix):
                 w.setVisible(False)
             return
         self.model.setVisible(True)
@@ -94,13 +97,17 @@ class StatusBar(QStatusBar):
         info = b.info
         loading, failed = b.state == "starting", b.state == "failed"
         self.progress.setVisible(loading)
+        self.cancel.setVisible(loading)
         self.error.setVisible(failed)
         self.fix.setVisible(failed)
         self.device.setVisible(info is not None)
         self.pages.setVisible(info is not None)
         if info is not None:
             self.model.setText(info.model_name)
-            self.device.setText(f"{info.backend} · {info.device}")
+            ready = f" · ready in {b.ready_seconds:.1f} s" if b.ready_seconds is not None else ""
+            self.device.setText(f"{info.backend} · {info.device}{ready}")
+            self.device.setToolTip("From Apply (or launch) to ready: "
+                                   + ", ".join(f"{name} {sec:.2f} s" for name, sec in info.timings))
             self.plan.setText(plan_summary(info.plan) if info.plan is not None else info.plan_line, info.plan_line)
         elif loading:
             self.model.setText("Loading model…")
@@ -108,6 +115,8 @@ class StatusBar(QStatusBar):
         elif failed:
             self.model.setText("No model loaded:")
             self.error.setText(_first_line(b.error or ""))
+        elif b.state == "unloaded":
+            self.model.setText("Model unloaded while idle: the next message loads it again")
         else:
             self.model.setText("Engine stopped")
         self.plan.setVisible(info is not None)

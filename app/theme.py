@@ -60,6 +60,11 @@ def apply(app: QApplication) -> None:
         QLabel#meta, QLabel#hint {{ color: {muted(p).name()}; }}
         QLabel#status {{ color: {muted(p).name()}; font-style: italic; }}
         QLabel#error {{ color: {error_color(p).name()}; }}
+        QFrame#thinking QTextBrowser {{ color: {muted(p).name()}; border-left: 2px solid {border.name()}; }}
+        QToolButton#thinkingHeader {{ border: 1px solid transparent; border-radius: 4px; padding: 2px 6px;
+                                      color: {muted(p).name()}; }}
+        QToolButton#thinkingHeader:hover {{ background: {mix(base, text, 0.08).name()}; color: {text.name()}; }}
+        QToolButton#thinkingHeader:focus {{ border: 1px solid {accent.name()}; }}
         QFrame#codeBlock {{ background: {code_bg.name()}; border: 1px solid {border.name()}; border-radius: 8px; }}
         QFrame#codeBlock QLabel#lang {{ color: {muted(p).name()}; }}
         QFrame#codeHeader {{ border: none; border-bottom: 1px solid {border.name()}; }}

@@ -3,6 +3,7 @@ the session (open tabs, geometry) and turns Settings into an engine restart."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import re
 from pathlib import Path
 from typing import Callable
@@ -32,8 +33,11 @@ from .engine_bridge import EngineBridge, in_thread
 from .engines import EngineChoices
 from .engines_dialog import EnginesDialog
 from .history import HistoryPanel
+from .idle_unload import IdleUnloader
 from .local_server import LocalServer
 from .model_download import DownloadButton
+from .model_menu import RecentModelsMenu, dropped_model
+from .models_page import ModelsPage
 from .notice_bar import NoticeBar
 from .remote_engine import RemoteEngine
 from .saver import Saver
@@ -106,6 +110,11 @@ class MainWindow(QMainWindow):
         self.engines.set_remotes(self.connections.remotes)
         self.local_server = LocalServer(bridge, self)
         self.local_server.changed.connect(lambda: self.status.set_serving(self.local_server.url))
+        self.idle = IdleUnloader(bridge, lambda: self.local_server.url is not None, self)
+        self.idle.unloaded.connect(lambda minutes: self.statusBar().showMessage(
+            f"The model was unloaded after {minutes} minutes idle; the next message loads it again.", 10000))
+        self.models_page: ModelsPage | None = None
+        self.setAcceptDrops(True)  # a .gguf file or a model folder dropped here is opened
         self._build_menus()
         self._quitting = False
         self._restoring = False
@@ -135,6 +144,8 @@ class MainWindow(QMainWindow):
                      lambda: self._on_tab(lambda tab: self.export_conversation(tab.conversation.id)), "Ctrl+Shift+E")
         m.addSeparator()
         self._action(m, "&Settings…", self.open_settings, "Ctrl+,")
+        self._action(m, "&Models…", self.open_models, "Ctrl+Shift+M")
+        m.addMenu(RecentModelsMenu(self.open_model, self))
         self._action(m, "E&ngines and server…", self.open_engines, "Ctrl+Shift+,")
         m.addSeparator()
         self._action(m, "&Quit", self.close, "Ctrl+Q")
@@ -357,8 +368,8 @@ class MainWindow(QMainWindow):
     async def apply_settings(self, settings: EngineSettings, chosen: set[str] | None = None) -> bool:
         """Restart the engine with new settings behind a progress dialog; keep them if it loads.
         `chosen`: the sampling fields the user set (None: as before)."""
-        dialog = QProgressDialog("Restarting the engine…", "", 0, 100, self, windowTitle="Applying settings")
-        dialog.setCancelButton(None)
+        dialog = QProgressDialog("Restarting the engine…", "Cancel", 0, 100, self, windowTitle="Applying settings")
+        dialog.canceled.connect(self.bridge.cancel_start)  # stops the load at its next tensor
         dialog.setWindowModality(Qt.WindowModality.WindowModal)
         dialog.setMinimumDuration(0)
         dialog.setAutoClose(False)
@@ -378,9 +389,35 @@ class MainWindow(QMainWindow):
             save_settings(settings, self.chosen)
         return ok
 
+    def open_models(self) -> None:
+        if self.models_page is None:
+            self.models_page = ModelsPage(self.bridge, lambda: self.settings, self)
+            self.models_page.model_chosen.connect(self.open_model)
+        self.models_page.show()
+        self.models_page.raise_()
+
+    def open_model(self, path: str) -> None:
+        """Load another model with the current settings (from the models page, the recent list, a drop)."""
+        settings = copy.deepcopy(self.settings)
+        settings.model = path
+        asyncio.ensure_future(self.apply_settings(settings))
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 - Qt override
+        if dropped_model(event.mimeData()) is not None:
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802 - Qt override
+        path = dropped_model(event.mimeData())
+        if path is not None:
+            event.acceptProposedAction()
+            self.open_model(str(path))
+
     def open_settings(self) -> None:
-        dialog = SettingsDialog(self.settings, busy=self.bridge.busy, chosen=self.chosen, parent=self)
+        info = self.bridge.info
+        dialog = SettingsDialog(self.settings, busy=self.bridge.busy, chosen=self.chosen, parent=self,
+                                idle=self.idle.choice, unified=info.unified if info is not None else None)
         if dialog.exec():
+            self.idle.set_choice(dialog.idle_choice())
             asyncio.ensure_future(self.apply_settings(dialog.settings(), dialog.chosen_sampling()))
 
     def open_engines(self) -> None:

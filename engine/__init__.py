@@ -1,8 +1,17 @@
 """Lanechat's engine: the public API the app uses (and nothing else)."""
-from . import jsonfile, paths
+from . import hub, installed, jsonfile, paths
 from .engine import Engine, EngineInfo, Usage
-from .errors import BackendError, ContextLengthError, LanechatError, ModelError, PlanError, RequestError
+from .errors import (
+    BackendError,
+    ContextLengthError,
+    LanechatError,
+    ModelError,
+    PlanError,
+    RequestError,
+    StartCancelledError,
+)
 from .events import Event, Failed, Finished, Queued, Started, Token
+from .memory import IDLE_UNLOAD_MINUTES, unload_when_idle
 from .plan import Plan, plan
 from .scheduler import Snapshot
 from .settings import EngineSettings, SamplingParams
@@ -41,8 +50,9 @@ def describe_model(path: str | None) -> str:
 
 
 __all__ = [
-    "jsonfile", "paths", "Engine", "EngineInfo", "Usage", "BackendError", "ContextLengthError", "LanechatError",
-    "ModelError", "PlanError", "RequestError", "Event", "Failed", "Finished", "Queued", "Started", "Token", "Plan",
+    "hub", "installed", "jsonfile", "paths", "Engine", "EngineInfo", "Usage", "BackendError", "ContextLengthError",
+    "LanechatError", "ModelError", "PlanError", "RequestError", "StartCancelledError", "IDLE_UNLOAD_MINUTES",
+    "unload_when_idle", "Event", "Failed", "Finished", "Queued", "Started", "Token", "Plan",
     "plan", "Snapshot", "EngineSettings", "SamplingParams", "default_model_path", "describe_model", "fetch_default",
     "default_model_download_size", "model_sampling_defaults",
 ]

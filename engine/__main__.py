@@ -1,5 +1,5 @@
 """The headless face of the engine: python -m engine
-generate|logits|plan|gates|bench|serve|bench-serve|fetch-default|doctor.
+generate|logits|plan|gates|bench|bench-start|write-synthetic|serve|bench-serve|fetch-default|doctor.
 
 Every argument is checked by its argparse type, so bad input is one line `error: ...` and exit code 2
 before any work, like every other refusal.
@@ -155,10 +155,10 @@ def cmd_generate(a: argparse.Namespace) -> int:
     sp = SamplingParams(temperature=a.temperature, top_p=a.top_p, top_k=a.top_k, max_tokens=a.max_tokens, seed=a.seed)
 
     def show(e):
-        if isinstance(e, Token) and e.text:
-            sys.stdout.write(e.text)
+        if isinstance(e, Token) and (e.text or e.reasoning):
+            sys.stdout.write(e.reasoning + e.text)  # a thinking model's block first, as it streams
             sys.stdout.flush()
-    seq = runner.sequence(1, s, msgs, sp, show)
+    seq = runner.sequence(1, s, msgs, sp, show, thinking=False if a.no_thinking else None)
     done = run_to_end(sched, [seq])[seq.id]
     print()
     if isinstance(done, Failed):
@@ -230,6 +230,17 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return bench_main(a)
 
 
+def cmd_bench_start(a: argparse.Namespace) -> int:
+    from .bench_start import main as bench_main
+    return bench_main(a.argv, settings_from(a), a.runs, a.json)
+
+
+def cmd_write_synthetic(a: argparse.Namespace) -> int:
+    from .synthetic_files import write
+    print(write(a.folder, a.name))
+    return 0
+
+
 def cmd_serve(a: argparse.Namespace) -> int:
     from .server.serve import serve
     s = settings_from(a)
@@ -257,6 +268,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=number(0, 1, open_low=True), default=1.0)
     g.add_argument("--top-k", type=whole(0, MAX_TOKEN_ID), default=0)
     g.add_argument("--seed", type=whole(0, (1 << 64) - 1), default=0)
+    g.add_argument("--no-thinking", action="store_true", help="the chat template's enable_thinking=false")
     g.set_defaults(fn=cmd_generate)
 
     lg = sub.add_parser("logits", help="float32 logits of the last prompt position to a .npy file")
@@ -297,6 +309,19 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--profile", action="store_true", help="the per-kernel breakdown of one decode step (GPU)")
     b.set_defaults(fn=cmd_bench)
 
+    st = sub.add_parser("bench-start", help="time from launch to ready and to the first token, by stage")
+    add_model(st)
+    add_kv(st)
+    st.add_argument("--runs", type=whole(0, 20), default=2, help="fresh processes, one after another "
+                    "(0: measure this one and print JSON)")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(fn=cmd_bench_start)
+
+    ws = sub.add_parser("write-synthetic", help="a synthetic model's random weights as an MLX 4-bit folder")
+    ws.add_argument("name", help="a synthetic shape (engine/synthetic.py), e.g. qwen3.5-27b")
+    ws.add_argument("folder", type=Path)
+    ws.set_defaults(fn=cmd_write_synthetic)
+
     sv = sub.add_parser("serve", help="the OpenAI-compatible HTTP API (chat completions, completions, models)")
     add_model(sv)
     add_kv(sv, parallel=4)
@@ -323,7 +348,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:
+        argv = sys.argv[1:] if argv is None else argv
         a = parser().parse_args(argv)
+        a.argv = argv
         return a.fn(a)
     except LanechatError as e:
         print(f"error: {e}", file=sys.stderr)

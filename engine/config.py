@@ -250,6 +250,15 @@ class Fields:
             raise self.error(key, "an object", value)
         return value or None
 
+    def array(self, key: str, kind: type) -> list:
+        """A list whose entries are all of one type (empty when missing); bools are not ints."""
+        value = self.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, kind) and not isinstance(v, bool) for v in value):
+            raise self.error(key, f"a list of {kind.__name__}s", value if not isinstance(value, list) else value[:3])
+        return value
+
     def strings(self, key: str, most: int) -> list[str]:
         """A list of at most `most` strings (empty when missing)."""
         value = self.get(key)

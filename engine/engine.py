@@ -7,11 +7,12 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import ContextLengthError, LanechatError, RequestError
+from .errors import ContextLengthError, LanechatError, RequestError, StartCancelledError
 from .events import Event, Failed, Finished
 from .models import build
 from .ops.base import Backend
@@ -19,6 +20,7 @@ from .plan import Plan, make_plan
 from .scheduler import Scheduler, Sequence, Snapshot
 from .settings import EngineSettings, SamplingParams
 from .textstream import TextStream
+from .thinking import Splitter, opens_inside, template_default
 from .weights import Model
 
 Progress = Callable[[str, float], None]
@@ -34,6 +36,10 @@ class EngineInfo:
     context: int
     parallel: int
     plan: Plan | None = None  # the plan the engine runs (plan_line is its line)
+    # The chat template's own enable_thinking: True or False, None for a model without the toggle.
+    thinking: bool | None = None
+    unified: bool = False  # the model's memory is the desktop's (a GB10, or the CPU backend's host RAM)
+    timings: tuple[tuple[str, float], ...] = ()  # seconds per start stage (Runner.timings + kv), in order
 
 
 @dataclass(frozen=True)
@@ -46,34 +52,56 @@ class Usage:
 
 class Runner:
     """A loaded model on a backend; makes schedulers for any KV settings (same weights), each with a
-    cache of its own."""
+    cache of its own.
 
-    def __init__(self, settings: EngineSettings, progress: Progress | None = None, log=print):
+    `progress(what, fraction)` runs on the loading thread between tensors and layers; when `cancel`
+    is set, the next one raises StartCancelledError instead. `timings` has the seconds of each stage.
+    """
+
+    def __init__(self, settings: EngineSettings, progress: Progress | None = None, log=print,
+                 cancel: threading.Event | None = None):
         from .ops import get_backend
         settings.validate()
-        say = progress or (lambda msg, frac: None)
+
+        def say(what: str, fraction: float) -> None:
+            if cancel is not None and cancel.is_set():
+                raise StartCancelledError("loading the model was cancelled")
+            if progress:
+                progress(what, fraction)
+        self.timings: dict[str, float] = {}
+        t = time.perf_counter()
         backend = get_backend(settings.backend, log=log)
-        say("reading the model", 0.05)
+        t = self._timed("backend", t)
+        say("reading the model", 0.02)
         if settings.model and settings.model.startswith("synthetic:"):
             from .synthetic import synthetic
             loaded = synthetic(settings.model.split(":", 1)[1])
         else:
             from .loader import load_model
-            loaded = load_model(settings.model, progress)
-        say(f"preparing weights on {backend.device}", 0.6)
-        self._prepare(loaded, backend)
-        say("ready", 1.0)
+            loaded = load_model(settings.model, lambda what, f: say(what, 0.02 + 0.58 * f))
+        t = self._timed("weights", t)
+        where = f"preparing weights on {backend.device}"
+        say(where, 0.6)
+        self._prepare(loaded, backend, lambda f: say(where, 0.6 + 0.38 * f))
+        self._timed("prepare", t)
+        say("weights ready", 0.98)
+
+    def _timed(self, stage: str, since: float) -> float:
+        now = time.perf_counter()
+        self.timings[stage] = now - since
+        return now
 
     @classmethod
     def from_model(cls, loaded: Model, backend: Backend) -> "Runner":
         """A Runner for a model already in memory (the bench's synthetic weights built on the GPU)."""
         runner = cls.__new__(cls)
+        runner.timings = {}
         runner._prepare(loaded, backend)
         return runner
 
-    def _prepare(self, loaded: Model, backend: Backend) -> None:
+    def _prepare(self, loaded: Model, backend: Backend, progress: Callable[[float], None] | None = None) -> None:
         self.backend, self.loaded, self.tokenizer = backend, loaded, loaded.tokenizer
-        self.model = build(loaded, backend)
+        self.model = build(loaded, backend, progress)
         backend.synchronize()
 
     def plan(self, settings: EngineSettings) -> Plan:
@@ -86,11 +114,23 @@ class Runner:
         """A scheduler with a cache of its own; kv_store: tests' lossless `kv.cache.F32` K/V."""
         return Scheduler(settings, self.plan(settings), self.model, self.backend, self.tokenizer, kv_store)
 
+    def thinking_default(self) -> bool | None:
+        """The chat template's enable_thinking default (engine.thinking.template_default)."""
+        if not self.tokenizer.thinks:
+            return None
+        return template_default(lambda chat, **extra: self.tokenizer.render_chat(chat, **extra))
+
     def sequence(self, rid: int, settings: EngineSettings, messages: list[dict] | None, sampling: SamplingParams | None,
                  on_event: Callable[[Event], None], prompt_ids: list[int] | None = None,
-                 resume: Snapshot | None = None, snapshot_at_end: bool = False) -> Sequence:
-        """Tokenize and check a request before any work; RequestError when it cannot run."""
+                 resume: Snapshot | None = None, snapshot_at_end: bool = False,
+                 thinking: bool | None = None) -> Sequence:
+        """Tokenize and check a request before any work; RequestError when it cannot run.
+        `thinking` is the chat template's enable_thinking (None: the template's default); a chat of
+        a thinking model gets its reply split into reasoning and content."""
         params = (sampling or settings.sampling).validate()
+        if thinking is not None and not isinstance(thinking, bool):
+            raise RequestError("thinking must be true, false or left out")
+        think = None
         if resume is not None:
             ids = list(resume.tokens)
             prompt_len = resume.prompt_len
@@ -103,8 +143,11 @@ class Runner:
             ids = list(prompt_ids)
             prompt_len = len(ids)
         else:
-            ids = self.tokenizer.encode_chat(check_messages(messages), limit=settings.context)
+            extra = {} if thinking is None else {"enable_thinking": thinking}
+            text, ids = self.tokenizer.chat_prompt(check_messages(messages), limit=settings.context, **extra)
             prompt_len = len(ids)
+            if self.tokenizer.thinks:
+                think = Splitter(opens_inside(text))
         if not ids:
             raise RequestError("empty prompt")
         if len(ids) >= settings.context:
@@ -113,20 +156,26 @@ class Runner:
         if max(ids) >= self.loaded.config.vocab or min(ids) < 0:
             raise RequestError(f"token id out of the model's vocabulary (0..{self.loaded.config.vocab - 1})")
         detok = self.tokenizer.stream()
-        for t in ids[prompt_len:]:
-            detok.push(t)  # a resumed stream's text so far primes the detokenizer
+        primed = "".join(detok.push(t) for t in ids[prompt_len:])  # a resumed stream's text so far
+        if resume is not None and self.tokenizer.thinks:
+            # the prompt's end says whether the reply began inside a think block; its text so far says where it is
+            think = Splitter(opens_inside(self.tokenizer.decode(ids[max(0, prompt_len - 64):prompt_len])))
+            think.feed(primed)
         return Sequence(rid, ids, prompt_len, params, guarded(on_event), TextStream(detok, params.stop),
-                        snapshot_at_end, resume)
+                        snapshot_at_end, resume, think=think)
 
 
 def check_messages(messages: object) -> list[dict]:
     """A chat as the engine takes it: a list of {"role": str, "content": str} (other keys pass through
-    to the chat template); RequestError names the first message that is not one."""
+    to the chat template: an assistant's `reasoning_content` is its thinking block, which the template
+    keeps or drops); RequestError names the first message that is not one."""
     if not isinstance(messages, list):
         raise RequestError(f"messages must be a list, not {type(messages).__name__}")
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
             raise RequestError(f"message {i} must be an object with a string role and string content")
+        if m.get("reasoning_content") is not None and not isinstance(m["reasoning_content"], str):
+            raise RequestError(f"message {i}: reasoning_content must be a string")
     return messages
 
 
@@ -150,6 +199,7 @@ class Engine:
         self._ids = itertools.count(1)
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self._cancel = threading.Event()
         self._error: BaseException | None = None
         self._usage = Usage(0, 0, 0, 0)
         self.info: EngineInfo | None = None
@@ -157,7 +207,8 @@ class Engine:
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, progress: Progress | None = None) -> None:
-        """Load the model on the engine thread; blocks until ready, raises LanechatError on failure."""
+        """Load the model on the engine thread; blocks until ready, raises LanechatError on failure
+        (StartCancelledError when `cancel_start` was called from another thread meanwhile)."""
         self._thread = threading.Thread(target=self._main, args=(progress,), name="lanechat-engine", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -165,7 +216,14 @@ class Engine:
             self._thread.join()
             raise self._error
 
+    def cancel_start(self) -> None:
+        """Any thread: stop a load in progress at its next tensor or layer (start raises StartCancelledError);
+        nothing once the engine is running."""
+        if not self._ready.is_set():
+            self._cancel.set()
+
     def shutdown(self) -> None:
+        self.cancel_start()  # a load in progress stops early
         if self._thread and self._thread.is_alive():
             self._inbox.put(("stop",))
             self._thread.join()
@@ -173,15 +231,16 @@ class Engine:
     # --- requests (any thread) ------------------------------------------------------------
     def submit(self, messages: list[dict] | None, sampling: SamplingParams | None = None,
                on_event: Callable[[Event], None] = lambda e: None, prompt_ids: list[int] | None = None,
-               resume: Snapshot | None = None, snapshot_at_end: bool = False) -> int:
+               resume: Snapshot | None = None, snapshot_at_end: bool = False, thinking: bool | None = None) -> int:
         """Queue a request and return its id at once. The sampling settings are checked here (PlanError);
         the chat template, tokenizing and the prompt checks run on the engine thread, never the
-        caller's, and a request they refuse ends with a Failed event saying why."""
+        caller's, and a request they refuse ends with a Failed event saying why. `thinking`: the
+        template's enable_thinking for this chat (None: the model's default, `info.thinking`)."""
         if self.runner is None:
             raise RequestError("the engine is not running")
         (sampling or self.settings.sampling).validate()
         rid = next(self._ids)
-        self._inbox.put(("add", rid, messages, sampling, on_event, prompt_ids, resume, snapshot_at_end))
+        self._inbox.put(("add", rid, messages, sampling, on_event, prompt_ids, resume, snapshot_at_end, thinking))
         return rid
 
     def cancel(self, rid: int) -> None:
@@ -206,8 +265,11 @@ class Engine:
     # --- the thread -----------------------------------------------------------------------
     def _main(self, progress: Progress | None) -> None:
         try:
-            self.runner = Runner(self.settings, progress, self.log)
+            self.runner = Runner(self.settings, progress, self.log, self._cancel)
+            t = time.perf_counter()
             sched = self.runner.scheduler(self.settings)
+            self.runner.backend.synchronize()
+            self.runner.timings["kv"] = time.perf_counter() - t
         except LanechatError as e:
             self._error = e
         except Exception as e:  # a loader bug must still reach the user as one line
@@ -218,17 +280,28 @@ class Engine:
             return
         b, lm = self.runner.backend, self.runner.loaded
         self.info = EngineInfo(lm.name, b.name, b.device, sched.plan.line, sched.plan.pages_total,
-                               self.settings.context, self.settings.parallel, sched.plan)
+                               self.settings.context, self.settings.parallel, sched.plan,
+                               self._thinking_default(), bool(b.unified_memory) or b.name == "numpy",
+                               tuple(self.runner.timings.items()))
         self.log(sched.plan.line)
+        if progress:
+            progress("ready", 1.0)
         self._ready.set()
         self._loop(sched)
 
+    def _thinking_default(self) -> bool | None:
+        try:
+            return self.runner.thinking_default()
+        except LanechatError as e:  # a template that fails here fails every chat: the first one says so
+            self.log(f"thinking: the chat template cannot be probed ({e})")
+            return None
+
     def _add(self, sched: Scheduler, rid: int, messages: list[dict] | None, sampling: SamplingParams | None,
              on_event: Callable[[Event], None], prompt_ids: list[int] | None, resume: Snapshot | None,
-             snapshot_at_end: bool) -> None:
+             snapshot_at_end: bool, thinking: bool | None) -> None:
         try:
             seq = self.runner.sequence(rid, self.settings, messages, sampling, on_event, prompt_ids, resume,
-                                       snapshot_at_end)
+                                       snapshot_at_end, thinking)
         except LanechatError as e:
             guarded(on_event)(Failed(rid, str(e), e))
             return

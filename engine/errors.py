@@ -23,3 +23,7 @@ class BackendError(LanechatError):
 
 class ContextLengthError(RequestError):
     """A prompt that does not fit the context (the OpenAI API names it context_length_exceeded)."""
+
+
+class StartCancelledError(LanechatError):
+    """Engine.start gave up because its caller cancelled the load (Engine.cancel_start)."""

@@ -35,6 +35,8 @@ class Token:
     token_id: int
     text: str  # may be empty inside a multi-byte character
     tokens: int  # tokens generated so far, this one included
+    reasoning: str = ""  # text of the reply's thinking block (engine.thinking), shown apart from `text`
+    thinking: bool = False  # the token belongs to the thinking block
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class Finished:
     prompt_tps: float
     decode_tps: float
     accepted_length: float = 0.0  # mean tokens per verify window with a drafter (0: none ran)
+    reasoning: str = ""  # the thinking block, without its tags; `text` is the rest of the reply
+    reasoning_tokens: int = 0  # of `tokens`
 
 
 @dataclass(frozen=True)

@@ -28,3 +28,13 @@ def gpu_free_bytes(unified: bool, device_free: int, pool_free: int, meminfo: str
     """Free bytes on a GPU: `device_free` from cudaMemGetInfo, or MemAvailable on unified memory;
     plus what CuPy's pool holds unused."""
     return (system_free_bytes(meminfo) if unified else device_free) + pool_free
+
+
+IDLE_UNLOAD_MINUTES = 15  # the app's "unload after N minutes idle", where it is on by default
+
+
+def unload_when_idle(unified: bool) -> bool:
+    """Whether an idle model is unloaded by default: yes where its memory is the desktop's (unified
+    memory, or the CPU backend's RAM), which other programs then get back; no on a discrete GPU,
+    whose memory nothing else wants and where a reload costs the most."""
+    return unified

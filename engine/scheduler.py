@@ -25,6 +25,7 @@ from .plan import Plan
 from .rows import Rows
 from .settings import EngineSettings, SamplingParams
 from .textstream import TextStream
+from .thinking import Splitter
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Sequence:
     resume: Snapshot | None = None
     lane: Lane | None = None
     computed: int = 0
+    think: Splitter | None = None  # splits a thinking model's reply into reasoning and content
     t_start: float = 0.0
     t_first: float = 0.0
     prompt_done: bool = False
@@ -211,7 +213,7 @@ class Scheduler:
         if tok in self.tok.eos_ids and not p.ignore_eos:
             seq.on_event(Token(seq.id, tok, "", seq.generated))
             return self._finish(seq, "eos")
-        seq.on_event(Token(seq.id, tok, seq.text.push(tok), seq.generated))
+        self._emit(seq, tok, seq.text.push(tok))
         if seq.text.stopped:
             self._finish(seq, "stop")
         elif seq.generated >= p.max_tokens or len(seq.tokens) >= self.s.context:
@@ -227,12 +229,20 @@ class Scheduler:
         prompt_s = (seq.t_first - seq.t_start) if seq.t_first else 0.0
         decode_s = now - seq.t_first if seq.t_first else 0.0
         n = seq.generated
-        rest = seq.text.finish()
-        if rest:  # text held back (stop-string prefix, partial character)
-            seq.on_event(Token(seq.id, Token.NO_TOKEN, rest, n))
-        seq.on_event(Finished(seq.id, reason, seq.text.text, n, seq.prompt_len,
+        self._emit(seq, Token.NO_TOKEN, seq.text.finish())  # held back: stop-string prefix, partial character
+        seq.on_event(Finished(seq.id, reason, seq.think.content if seq.think else seq.text.text, n, seq.prompt_len,
                               seq.prompt_len / prompt_s if prompt_s > 0 else 0.0,
-                              (n - 1) / decode_s if decode_s > 0 and n > 1 else 0.0, seq.stats.mean_length))
+                              (n - 1) / decode_s if decode_s > 0 and n > 1 else 0.0, seq.stats.mean_length,
+                              seq.think.reasoning if seq.think else "", seq.think.tokens if seq.think else 0))
+
+    def _emit(self, seq: Sequence, tok: int, text: str) -> None:
+        """One token's final text to its caller, split into reasoning and content for a thinking model;
+        NO_TOKEN: the end of the reply (an event only if something was held back)."""
+        reasoning, thinking = "", False
+        if seq.think is not None:
+            reasoning, text, thinking = seq.think.take(text, end=tok == Token.NO_TOKEN)
+        if tok != Token.NO_TOKEN or text or reasoning:
+            seq.on_event(Token(seq.id, tok, text, seq.generated, reasoning, thinking))
 
     def _guarded(self, seqs: list[Sequence], fn, *args) -> None:
         """Run one piece of a step; if it raises, only the streams it computed for fail."""

@@ -63,6 +63,7 @@ class ByteTokenizer:
     def __init__(self, vocab: int):
         self.bos_id, self.eos_ids, self.vocab_size = 1, {2}, vocab
         self.max_token_chars = 1  # a character is one to four byte tokens
+        self.thinks = False
 
     def encode(self, text: str, add_special: bool = False) -> list[int]:
         return [16 + b for b in clean_text(text).encode()]
@@ -71,16 +72,20 @@ class ByteTokenizer:
         stream = self.stream()
         return "".join(stream.push(i) for i in ids) + stream.flush()
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True, **extra) -> str:
         text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
         return text + ("<assistant>" if add_generation_prompt else "")
 
-    def encode_chat(self, messages: list[dict], limit: int | None = None) -> list[int]:
-        text = self.render_chat(messages)
+    def encode_chat(self, messages: list[dict], limit: int | None = None, **extra) -> list[int]:
+        return self.chat_prompt(messages, limit=limit)[1]
+
+    def chat_prompt(self, messages: list[dict], add_generation_prompt: bool = True, limit: int | None = None,
+                    **extra) -> tuple[str, list[int]]:
+        text = self.render_chat(messages, add_generation_prompt)
         if limit is not None and len(text) > limit:
             raise ContextLengthError(f"the conversation ({len(text)} characters) does not fit the context of "
                                      f"{limit} tokens")
-        return [self.bos_id] + self.encode(text)
+        return text, [self.bos_id] + self.encode(text)
 
     def stream(self):
         return _ByteStream(self)

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 import tokenizers
 
 from . import chat_template as templates
-from . import jsonfile
+from . import jsonfile, thinking
 from .config import Fields, read_json
 from .errors import ContextLengthError, ModelError, RequestError
 
@@ -50,6 +50,7 @@ class Tokenizer:
         self.bos_id: int | None = bos_id
         self.has_chat_template = bool(chat_template)
         self.chat_template = chat_template or CHATML
+        self.thinks = thinking.supports(self.chat_template)  # replies may open with a <think> block
         try:
             templates.check(self.chat_template)
         except templates.ChatTemplateError as e:
@@ -120,14 +121,19 @@ class Tokenizer:
 
     def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True, limit: int | None = None,
                     **extra: Any) -> list[int]:
-        """The rendered chat as ids. With `limit` (the tokens a context can take), a text too long to
-        fit in that many tokens is refused before it is encoded: encoding costs memory per token."""
+        """The rendered chat as ids (see `chat_prompt`)."""
+        return self.chat_prompt(messages, add_generation_prompt, limit, **extra)[1]
+
+    def chat_prompt(self, messages: list[dict], add_generation_prompt: bool = True, limit: int | None = None,
+                    **extra: Any) -> tuple[str, list[int]]:
+        """The rendered chat and its ids. With `limit` (the tokens a context can take), a text too long
+        to fit in that many tokens is refused before it is encoded: encoding costs memory per token."""
         text = self.render_chat(messages, add_generation_prompt, **extra)
         if limit is not None and len(text) > limit * self.max_token_chars:
             raise ContextLengthError(f"the conversation ({len(text)} characters) does not fit the context of "
                                      f"{limit} tokens; shorten the conversation or raise the context in settings")
         # the rendered template carries its own BOS where the model wants one, as in transformers
-        return self.encode(text, add_special=False)
+        return text, self.encode(text, add_special=False)
 
 
 class StreamDecoder:

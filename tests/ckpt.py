@@ -5,8 +5,7 @@
   layouts (Qwen3.5: zero-centred norms, conv1d [C, 1, K], fused experts, mtp.*).
 - `write_mlx(dir, cfg, seed, bits, group, overrides)`: the same weights as mlx-lm would convert them
   (renamed, norms shifted, conv1d [C, K, 1], experts split into switch_mlp, no mtp) and affine-quantized.
-- `write_gguf(path, cfg, seed, qtype)`: llama / qwen3 through gguf.GGUFWriter, Q4_1 / Q8_0 blocks
-  written here, q/k rows permuted the way llama.cpp's converter does, the tokenizer in the metadata.
+- GGUF files: `ckpt_gguf.write_gguf` (llama, qwen3, qwen35, qwen35moe as llama.cpp converts them).
 
 Each writer is deterministic in `seed` and returns the float32 weights it stored, under their stored
 names, so tests can compare what a loader returns with what was written. The configs are plain HF
@@ -31,6 +30,20 @@ CHAT_TEMPLATE = (
     "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
     "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+# Qwen3.5's rules in small: the generation prompt opens <think> (or an empty block when thinking is
+# off), and an earlier reply keeps its reasoning_content only after the last user message.
+THINK_TEMPLATE = (
+    "{%- set ns = namespace(last=-1) %}{%- for m in messages %}{%- if m.role == 'user' %}"
+    "{%- set ns.last = loop.index0 %}{%- endif %}{%- endfor %}"
+    "{%- for m in messages %}{{- '<|im_start|>' + m.role + '\n' }}"
+    "{%- if m.role == 'assistant' and m.reasoning_content is string and m.reasoning_content"
+    " and loop.index0 > ns.last %}"
+    "{{- '<think>\n' + m.reasoning_content + '\n</think>\n\n' }}{%- endif %}"
+    "{{- m.content + '<|im_end|>\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}"
+    "{%- else %}{{- '<think>\n' }}{%- endif %}{%- endif %}"
 )
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. " * 3,
@@ -102,6 +115,25 @@ def tiny_qwen3_5_moe_config() -> dict:
     return {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
             "text_config": _qwen3_5_text(moe=True), "vision_config": {"model_type": "qwen3_5_moe_vision"},
             "tie_word_embeddings": False}
+
+
+def tiny_gguf_config(arch: str) -> dict:
+    """A tiny config of `arch` ("llama", "qwen3", "qwen3_5", "qwen3_5_moe") whose every matrix has an
+    input width that K-quants (blocks of 256) can store; Qwen3.5 with twice as many value heads as
+    key heads, so llama.cpp's value-head order differs from HF's."""
+    wide = {"hidden_size": 256, "head_dim": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+    if arch in ("llama", "qwen3"):
+        cfg = tiny_llama_config() if arch == "llama" else tiny_qwen3_config()
+        return {**cfg, **wide, "intermediate_size": 512, "num_hidden_layers": 2}
+    cfg = tiny_qwen3_5_moe_config() if arch == "qwen3_5_moe" else tiny_qwen3_5_config()
+    text = {**cfg["text_config"], **wide, "linear_key_head_dim": 32, "linear_value_head_dim": 32,
+            "linear_num_key_heads": 4, "linear_num_value_heads": 8}
+    if arch == "qwen3_5_moe":
+        text.update({"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
+                     "shared_expert_intermediate_size": 256})
+    else:
+        text["intermediate_size"] = 512
+    return {**cfg, "text_config": text}
 
 
 # --- tokenizer -----------------------------------------------------------------------------------
@@ -241,11 +273,13 @@ def _round(tensors: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
 
 
 def write_hf(folder: str | Path, cfg: dict, seed: int = 0, dtype: str = "bf16",
-             chat_template: str | None = CHAT_TEMPLATE) -> dict[str, np.ndarray]:
-    """A Hugging Face model folder; returns the stored weights as float32, by stored name."""
+             chat_template: str | None = CHAT_TEMPLATE, tensors: dict[str, np.ndarray] | None = None
+             ) -> dict[str, np.ndarray]:
+    """A Hugging Face model folder (of `tensors` under HF names, else random weights from `seed`);
+    returns the stored weights as float32, by stored name."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    stored = _round(hf_tensors(cfg, seed), dtype)
+    stored = _round(hf_tensors(cfg, seed) if tensors is None else tensors, dtype)
     write_safetensors(folder / "model.safetensors", stored)
     cfg = {**cfg, "torch_dtype": {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dtype]}
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
@@ -312,129 +346,3 @@ def write_mlx(folder: str | Path, cfg: dict, seed: int = 0, bits: int = 4, group
     (folder / "config.json").write_text(json.dumps({**cfg, "quantization": quant, "quantization_config": quant}))
     write_tokenizer(folder)
     return values
-
-
-# --- GGUF ----------------------------------------------------------------------------------------
-
-def q4_1_blocks(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """ggml Q4_1 of a [rows, n] matrix: (block bytes [rows, n/32·20], dequantized float32 values).
-
-    Block: f16 d, f16 m, 16 bytes; byte j = element j (low nibble) | element j+16 (high nibble)."""
-    rows = w.shape[0]
-    b = w.reshape(rows, -1, 32).astype(np.float32)
-    lo, hi = b.min(-1), b.max(-1)
-    d = ((hi - lo) / 15).astype(np.float16)
-    m = lo.astype(np.float16)
-    df, mf = d.astype(np.float32), m.astype(np.float32)
-    inv = np.divide(1.0, df, out=np.zeros_like(df), where=df > 0)
-    q = np.clip(np.rint((b - mf[..., None]) * inv[..., None]), 0, 15).astype(np.uint8)
-    qs = q[..., :16] | (q[..., 16:] << 4)
-    blocks = np.concatenate([d[..., None].view(np.uint8), m[..., None].view(np.uint8), qs], axis=-1)
-    return blocks.reshape(rows, -1), (df[..., None] * q + mf[..., None]).reshape(w.shape)
-
-
-def q8_0_blocks(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """ggml Q8_0 of a [rows, n] matrix: (block bytes [rows, n/32·34], dequantized float32 values)."""
-    rows = w.shape[0]
-    b = w.reshape(rows, -1, 32).astype(np.float32)
-    d = (np.abs(b).max(-1) / 127).astype(np.float16)
-    df = d.astype(np.float32)
-    inv = np.divide(1.0, df, out=np.zeros_like(df), where=df > 0)
-    q = np.clip(np.rint(b * inv[..., None]), -127, 127).astype(np.int8)
-    blocks = np.concatenate([d[..., None].view(np.uint8), q.view(np.uint8)], axis=-1)
-    return blocks.reshape(rows, -1), (df[..., None] * q).reshape(w.shape)
-
-
-def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
-    """convert_hf_to_gguf's q/k row order for llama: HF rotate-half pairs → interleaved pairs."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-GGUF_NAMES = {
-    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
-    "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
-    "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
-}
-
-
-def write_gguf(path: str | Path, cfg: dict, seed: int = 0, qtype: str = "Q4_1", embed_qtype: str = "Q8_0",
-               pre: str = "smollm") -> dict[str, np.ndarray]:
-    """A llama or qwen3 GGUF, as llama.cpp's converter would write it from `write_hf(cfg, seed)`'s weights.
-
-    Linear weights in `qtype` (Q4_1, Q8_0, F16, F32, or any other type gguf.quants can encode, for
-    tests of unsupported types), the embedding in `embed_qtype`, norms F32. Returns, under HF names and
-    in HF row order, the float32 values a loader must reproduce after dequantizing.
-    """
-    import gguf
-
-    QT = gguf.GGMLQuantizationType
-    arch = cfg["model_type"]
-    t = cfg
-    nh, nkv = t["num_attention_heads"], t["num_key_value_heads"]
-    hd = t.get("head_dim") or t["hidden_size"] // nh
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name("Tiny " + arch)
-    w.add_context_length(t["max_position_embeddings"])
-    w.add_embedding_length(t["hidden_size"])
-    w.add_block_count(t["num_hidden_layers"])
-    w.add_feed_forward_length(t["intermediate_size"])
-    w.add_head_count(nh)
-    w.add_head_count_kv(nkv)
-    w.add_key_length(hd)
-    w.add_value_length(hd)
-    w.add_rope_dimension_count(hd)
-    w.add_rope_freq_base(t["rope_theta"])
-    w.add_layer_norm_rms_eps(t["rms_norm_eps"])
-    w.add_vocab_size(t["vocab_size"])
-    w.add_file_type({"Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1, "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-                     "F16": gguf.LlamaFileType.MOSTLY_F16}.get(qtype, gguf.LlamaFileType.ALL_F32))
-    tk = tiny_tokenizer()
-    vocab = sorted(tk.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])
-    tokens = [tok for tok, _ in vocab]
-    tokens += [f"[PAD{i}]" for i in range(len(tokens), t["vocab_size"])]  # llama.cpp pads to the model's vocab
-    types = [3 if tok in SPECIALS else 5 if tok.startswith("[PAD") else 1 for tok in tokens]
-    merges = [" ".join(m) if isinstance(m, list) else m for m in json.loads(tk.to_str())["model"]["merges"]]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre(pre)
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
-    w.add_chat_template(CHAT_TEMPLATE)
-
-    reference: dict[str, np.ndarray] = {}
-    for name, value in hf_tensors(cfg, seed).items():
-        base = name.removeprefix("model.").removesuffix(".weight")
-        if base == "embed_tokens":
-            gname, kind = "token_embd", embed_qtype
-        elif base in ("norm", "lm_head"):
-            gname, kind = {"norm": "output_norm", "lm_head": "output"}[base], "F32" if base == "norm" else qtype
-        else:
-            _, i, rest = base.split(".", 2)
-            gname, kind = f"blk.{i}.{GGUF_NAMES[rest]}", "F32" if value.ndim == 1 else qtype
-        if arch == "llama" and gname.endswith(("attn_q", "attn_k")):
-            value = llama_cpp_permute(value, nh if gname.endswith("attn_q") else nkv)
-        if kind in ("Q4_1", "Q8_0"):
-            data, deq = (q4_1_blocks if kind == "Q4_1" else q8_0_blocks)(value)
-        elif kind in ("F32", "F16"):
-            data = value.astype(np.float32 if kind == "F32" else np.float16)
-            deq = data.astype(np.float32)
-        else:
-            data = gguf.quants.quantize(value, QT[kind])
-            deq = gguf.quants.dequantize(data, QT[kind])
-        w.add_tensor(gname + ".weight", data, raw_dtype=None if kind in ("F32", "F16") else QT[kind])
-        if arch == "llama" and gname.endswith(("attn_q", "attn_k")):
-            deq = llama_cpp_permute_inverse(deq, nh if gname.endswith("attn_q") else nkv)
-        reference[name] = deq.astype(np.float32)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return reference
-
-
-def llama_cpp_permute_inverse(w: np.ndarray, n_head: int) -> np.ndarray:
-    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)

@@ -1,13 +1,14 @@
 """A stand-in for the Engine's public surface, for the bridge and the status bar: each request
 types `n` tokens from its own thread; `reading` holds requests after Started (a prompt being read),
-`queue_first` makes every request after the first wait (Queued) until the one before it ends."""
+`queue_first` makes every request after the first wait (Queued) until the one before it ends;
+`think` tokens of each reply are its thinking block."""
 import threading
 import time
 
 import pytest
 
 from app.engine_bridge import EngineBridge
-from engine import Finished, ModelError, Queued, RequestError, Started, Token, Usage
+from engine import Finished, ModelError, Queued, RequestError, StartCancelledError, Started, Token, Usage
 
 
 class Sink:
@@ -27,6 +28,9 @@ class Sink:
         self.text += text
         self.text_times.append(time.monotonic())
 
+    def on_reasoning(self, text, tokens):
+        self.calls.append(("reasoning", text, tokens))
+
     def on_finished(self, event):
         self.calls.append(("finished", event.reason))
 
@@ -42,7 +46,7 @@ class FakeEngine:
     """The Engine's public surface; each request types `n` tokens from its own thread."""
 
     def __init__(self, settings, n=300, gap=0.0005, fail_start=None, refuse=None, hold=False, reading=False,
-                 queue_first=False, info="fake-info"):
+                 queue_first=False, info="fake-info", think=0):
         self.settings, self.n, self.gap, self.fail_start, self.refuse = settings, n, gap, fail_start, refuse
         self.cancelled = set()
         self.next_id = 0
@@ -56,21 +60,30 @@ class FakeEngine:
             self.read.set()
         self.queue_first = queue_first
         self.info = info
+        self.think = think
+        self.thinking = {}  # request id → the thinking flag it was submitted with
+        self.start_cancelled = threading.Event()
         self.turn = threading.Condition()
         self.running = None  # with queue_first: the request generating now
 
     def start(self, progress=None):
-        self.release.wait(5)
+        while not self.release.wait(0.01):
+            if self.start_cancelled.is_set():
+                raise StartCancelledError("loading the model was cancelled")
         if progress:
             progress("loading", 0.5)
         if self.fail_start:
             raise ModelError(self.fail_start)
 
-    def submit(self, messages, sampling=None, on_event=None):
+    def cancel_start(self):
+        self.start_cancelled.set()
+
+    def submit(self, messages, sampling=None, on_event=None, thinking=None):
         if self.refuse:
             raise RequestError(self.refuse)
         self.next_id += 1
         rid = self.next_id
+        self.thinking[rid] = thinking
         self.callbacks[rid] = on_event
         t = threading.Thread(target=self._run, args=(rid, on_event), daemon=True)
         self.threads.append(t)
@@ -99,11 +112,15 @@ class FakeEngine:
     def _type(self, rid, on_event):
         for i in range(self.n):
             if rid in self.cancelled:
-                on_event(Finished(rid, "cancelled", "x" * i, i, 5, 1.0, 1.0))
+                think = min(self.think, i)
+                on_event(Finished(rid, "cancelled", "x" * (i - think), i, 5, 1.0, 1.0, reasoning="r" * think,
+                                  reasoning_tokens=think))
                 return
-            on_event(Token(rid, 1, "x", i + 1))
+            on_event(Token(rid, 1, "", i + 1, "r", True) if i < self.think else Token(rid, 1, "x", i + 1))
             time.sleep(self.gap)
-        on_event(Finished(rid, "length", "x" * self.n, self.n, 5, 1.0, 100.0))
+        think = min(self.think, self.n)
+        on_event(Finished(rid, "length", "x" * (self.n - think), self.n, 5, 1.0, 100.0, reasoning="r" * think,
+                          reasoning_tokens=think))
 
     def cancel(self, rid):
         self.cancelled.add(rid)

@@ -19,6 +19,7 @@ from typing import Callable
 from engine.errors import LanechatError
 
 import ckpt
+import ckpt_gguf
 import fuzz_files as ff
 
 
@@ -44,7 +45,10 @@ def write_bases(root: Path) -> dict[str, Path]:
                          ("qwen3-q8_0", ckpt.tiny_qwen3_config(), "Q8_0"),
                          ("llama-f16", ckpt.tiny_llama_config(), "F16")):
         bases["gguf/" + name] = root / f"{name}.gguf"
-        ckpt.write_gguf(bases["gguf/" + name], cfg, qtype=q)
+        ckpt_gguf.write_gguf(bases["gguf/" + name], cfg, qtype=q)
+    bases["gguf/qwen35-q4_k_m"] = root / "qwen35-q4_k_m.gguf"  # K-quants, DeltaNet, the MTP head
+    ckpt_gguf.write_gguf(bases["gguf/qwen35-q4_k_m"], ckpt.tiny_gguf_config("qwen3_5"), qtype="Q4_K",
+                         mix=ckpt_gguf.MIX_Q4_K_M)
     for name, cfg in (("llama", ckpt.tiny_llama_config()), ("qwen3", ckpt.tiny_qwen3_config()),
                       ("qwen3_5", ckpt.tiny_qwen3_5_config()), ("qwen3_5_moe", ckpt.tiny_qwen3_5_moe_config())):
         bases["hf/" + name] = root / f"hf-{name}"

@@ -162,3 +162,29 @@ def test_mean_accepted_length_round_trips_and_a_bad_one_is_dropped():
     assert Message.from_dict(asdict(m)).accepted == 3.25
     assert Message.from_dict({**asdict(m), "accepted": "many"}).accepted is None
     assert Message.from_dict({**asdict(m), "accepted": 0.5}).accepted is None
+
+
+# --- thinking models ------------------------------------------------------------------------------
+
+def test_reasoning_and_the_thinking_toggle_round_trip_and_go_back_to_the_template():
+    c = Conversation(thinking=False)
+    c.add(Message("user", "Why?"))
+    c.add(Message("assistant", "Because.", reasoning="Let me think.", reasoning_tokens=4))
+    again = Conversation.from_dict(json.loads(json.dumps(c.to_dict())))
+    assert again.thinking is False and again.messages[1].reasoning == "Let me think."
+    assert again.messages[1].reasoning_tokens == 4
+    assert again.engine_messages()[1] == {"role": "assistant", "content": "Because.",
+                                          "reasoning_content": "Let me think."}
+    assert "reasoning_content" not in again.engine_messages()[0]
+    md = again.to_markdown()
+    assert "<details><summary>Thinking</summary>" in md and md.index("Let me think.") < md.index("Because.")
+
+
+@pytest.mark.parametrize("field, value", [("reasoning", 5), ("reasoning_tokens", -1), ("reasoning_tokens", "x")])
+def test_bad_reasoning_fields_are_dropped(field, value):
+    raw = Conversation().to_dict()
+    raw["messages"] = [{"role": "assistant", "text": "t", field: value}]
+    m = Conversation.from_dict(raw).messages[0]
+    assert m.reasoning == "" and m.reasoning_tokens is None
+    raw["thinking"] = "yes"
+    assert Conversation.from_dict(raw).thinking is None

@@ -170,3 +170,56 @@ def test_the_number_ahead_counts_only_requests_still_waiting(qtbot, run_async):
     for t in tickets[1:]:
         bridge.cancel(t)
     qtbot.waitUntil(lambda: all(s.done for s in sinks), timeout=5000)
+
+
+# --- thinking, cancelling a load, unloading while idle --------------------------------------------
+
+def test_a_thinking_block_arrives_apart_with_its_own_count(qtbot, run_async):
+    bridge, engines = bridge_with(n=50, think=20)
+    run_async(bridge.start(EngineSettings()))
+    sink = Sink()
+    bridge.submit([{"role": "user", "content": "hi"}], None, sink, thinking=True)
+    qtbot.waitUntil(lambda: sink.done, timeout=10000)
+    reasoning = [c for c in sink.calls if c[0] == "reasoning"]
+    assert "".join(c[1] for c in reasoning) == "r" * 20 and reasoning[-1][2] == 20
+    assert sink.text == "x" * 30 and engines[0].thinking == {1: True}
+    first_text = next(i for i, c in enumerate(sink.calls) if c[0] == "text")
+    assert all(i < first_text for i, c in enumerate(sink.calls) if c[0] == "reasoning")
+
+
+def test_cancel_start_stops_a_load(qtbot, run_async, qasync_loop):
+    import asyncio
+    bridge, engines = bridge_with(hold=True)
+    future = asyncio.ensure_future(bridge.start(EngineSettings()))
+    qtbot.waitUntil(lambda: bridge.state == "starting", timeout=2000)
+    sink = Sink()
+    bridge.submit([], None, sink)
+    bridge.cancel_start()
+    qtbot.waitUntil(future.done, timeout=5000)
+    assert bridge.state == "failed" and bridge.error == "loading was cancelled"
+    assert sink.calls[-1] == ("failed", "No model is loaded: loading was cancelled")
+
+
+def test_an_unloaded_model_loads_again_for_the_next_message(qtbot, run_async):
+    bridge, engines = bridge_with(n=3)
+    run_async(bridge.start(EngineSettings()))
+    assert bridge.ready_seconds is not None and bridge.ready_seconds >= 0
+    run_async(bridge.unload())
+    assert bridge.state == "unloaded" and bridge.info is None and len(engines) == 1
+    sink = Sink()
+    bridge.submit([], None, sink)
+    qtbot.waitUntil(lambda: sink.done, timeout=5000)
+    assert len(engines) == 2 and bridge.state == "ready" and sink.text == "xxx"
+    queued = [c[2] for c in sink.calls if c[0] == "queued"]
+    assert queued[0].startswith("loading the model again") and queued[-1].endswith("loading, 50%")
+
+
+def test_unload_waits_for_requests_in_flight(qtbot, run_async):
+    bridge, _ = bridge_with(n=100000, gap=0.001)
+    run_async(bridge.start(EngineSettings()))
+    sink = Sink()
+    ticket = bridge.submit([], None, sink)
+    run_async(bridge.unload())
+    assert bridge.state == "ready"  # a reply is being written: nothing is unloaded
+    bridge.cancel(ticket)
+    qtbot.waitUntil(lambda: sink.done, timeout=5000)

@@ -1,6 +1,6 @@
 """The plan in words people use: chats at once, how long each, memory; the exact line stays the
 engine's (the seed's words first, later additions after " · ")."""
-from app.plan_words import memory, plan_sentence, plan_summary, words
+from app.plan_words import memory, plan_sentence, plan_summary, size, words
 from engine import EngineSettings, plan
 
 
@@ -29,6 +29,7 @@ def test_one_stream_and_a_plan_that_does_not_fit():
 def test_units():
     assert memory(3 << 20) == "3 MiB" and memory(3 << 30) == "3.00 GiB" and memory(10) == "1 MiB"
     assert words(512) == "380" and words(4096) == "3,100"
+    assert size(612) == "612 B" and size(4300) == "4 KiB" and size(55 << 20) == "55 MiB" and size(3 << 30) == "3.00 GiB"
 
 
 def test_additions_follow_the_seeds_line_after_a_dot():

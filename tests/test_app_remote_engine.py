@@ -209,3 +209,41 @@ def test_removing_a_remote_mid_reply_stops_it_and_the_tab_goes_back_to_this_comp
     assert reply.interrupted and reply.text and reply.error is None
     assert tab.bridge is window.bridge and tab.conversation.engine == "" and tab.engine_picker.currentIndex() == 0
     window.close()
+
+
+# --- a thinking model behind the server: reasoning_content into the reply's thinking ----------------
+
+class ThinkingSink(Sink):
+    def __init__(self):
+        super().__init__()
+        self.reasoning, self.reasoning_tokens = "", 0
+
+    def on_reasoning(self, text, tokens):
+        self.calls.append("reasoning")
+        self.reasoning += text
+        self.reasoning_tokens = tokens
+
+
+@pytest.fixture(scope="module")
+def thinking_server(tmp_path_factory):
+    import ckpt
+    folder = tmp_path_factory.mktemp("think")
+    ckpt.write_hf(folder, ckpt.tiny_qwen3_config(), seed=2, chat_template=ckpt.THINK_TEMPLATE)
+    s = Served("--model", str(folder), "--backend", "numpy", "--parallel", "2", "--context", "512")
+    yield s
+    assert s.stop() == 0
+
+
+def test_a_remote_thinking_reply_streams_into_its_reasoning_and_the_toggle_reaches_the_template(
+        qtbot, qasync_loop, thinking_server):
+    engine = remote(thinking_server, 10)
+    sink = ThinkingSink()
+    engine.submit(HELLO, None, sink)  # the template's default: thinking on
+    qtbot.waitUntil(lambda: sink.done, timeout=30000)
+    f = sink.finished
+    assert sink.failed is None and sink.reasoning and sink.text == "" and "reasoning" in sink.calls
+    assert f.reasoning == sink.reasoning and f.reasoning_tokens == 10 and f.tokens == 10
+    off = ThinkingSink()
+    engine.submit(HELLO, None, off, thinking=False)  # sent as chat_template_kwargs.enable_thinking
+    qtbot.waitUntil(lambda: off.done, timeout=30000)
+    assert off.failed is None and off.text and off.reasoning == "" and off.finished.reasoning_tokens == 0

@@ -52,3 +52,19 @@ def test_the_fix_button_asks_for_settings(qtbot, run_async):
     assert bar.error.text() == "model.gguf: not a GGUF file"
     with qtbot.waitSignal(bar.settings_requested, timeout=1000):
         qtbot.mouseClick(bar.fix, Qt.MouseButton.LeftButton)
+
+
+def test_cancel_shows_while_a_model_loads_and_stops_the_load(qtbot, qasync_loop):
+    import asyncio
+    bridge, _ = bridge_with(hold=True)
+    bar = StatusBar(bridge)
+    qtbot.addWidget(bar)
+    bar.show()
+    assert not bar.cancel.isVisible()
+    future = asyncio.ensure_future(bridge.start(EngineSettings()))
+    qtbot.waitUntil(lambda: bar.cancel.isVisible(), timeout=2000)
+    qtbot.mouseClick(bar.cancel, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(future.done, timeout=5000)
+    assert "cancelled" in str(future.exception())
+    assert bridge.error == "loading was cancelled" and bar.error.text() == "loading was cancelled"
+    assert not bar.cancel.isVisible() and bar.fix.isVisible()

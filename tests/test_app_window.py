@@ -145,7 +145,8 @@ def test_quit_mid_answer_then_relaunch_restores_and_continues(qtbot, launch, app
     assert len(again.view.widgets) == 2 and again.conversation.messages[-1].interrupted
     sent = []
     submit = window.bridge.submit
-    window.bridge.submit = lambda messages, sampling, sink: (sent.append(messages), submit(messages, sampling, sink))[1]
+    window.bridge.submit = lambda messages, sampling, sink, **kw: (sent.append(messages),
+                                                                   submit(messages, sampling, sink, **kw))[1]
     send(qtbot, again, "Continue please")
     qtbot.waitUntil(lambda: not again.generating, timeout=30000)
     history = sent[0]

@@ -117,3 +117,48 @@ def test_a_runner_from_a_model_in_memory_equals_a_loaded_one():
         seq = r.sequence(1, s, [{"role": "user", "content": "hi"}], greedy, lambda e: None)
         outs.append(run_to_end(r.scheduler(s), [seq])[1].text)
     assert outs[0] == outs[1] and len(outs[0]) > 0
+
+
+# --- start: stages timed, a load cancelled from another thread ------------------------------------
+
+def test_a_start_reports_its_stages():
+    eng = Engine(settings(), log=lambda m: None)
+    eng.start()
+    try:
+        stages = dict(eng.info.timings)
+        assert list(stages) == ["backend", "weights", "prepare", "kv"] and all(v >= 0 for v in stages.values())
+        assert eng.info.unified  # the numpy backend's memory is the desktop's
+    finally:
+        eng.shutdown()
+
+
+def test_cancel_start_stops_a_load_at_its_next_tensor(tmp_path):
+    from engine.errors import StartCancelledError
+
+    import ckpt
+    ckpt.write_hf(tmp_path, ckpt.tiny_qwen3_5_config(), seed=0)
+    eng = Engine(settings(model=str(tmp_path)), log=lambda m: None)
+    seen = []
+
+    def progress(what, fraction):
+        seen.append((what, fraction))
+        if what == "loading weights":
+            eng.cancel_start()
+    with pytest.raises(StartCancelledError, match="cancelled"):
+        eng.start(progress)
+    assert [w for w, _ in seen].count("loading weights") == 1  # it stopped at the next one
+    assert eng.runner is None
+    with pytest.raises(RequestError, match="not running"):
+        eng.submit([{"role": "user", "content": "hi"}])
+    eng.shutdown()
+
+
+def test_cancel_start_once_running_changes_nothing():
+    eng = Engine(settings(), log=lambda m: None)
+    eng.start()
+    eng.cancel_start()
+    done = threading.Event()
+    eng.submit([{"role": "user", "content": "hi"}], SamplingParams(temperature=0, max_tokens=3),
+               lambda e: done.set() if isinstance(e, Finished) else None)
+    assert done.wait(30)
+    eng.shutdown()

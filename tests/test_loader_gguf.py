@@ -18,6 +18,7 @@ from engine.tokenizer import Tokenizer
 from engine.weights import Affine, dequantize
 
 import ckpt
+import ckpt_gguf
 import fuzz_files as ff
 
 CONFIGS = {"llama": ckpt.tiny_llama_config(), "qwen3": ckpt.tiny_qwen3_config()}
@@ -33,7 +34,7 @@ def written(tmp_path_factory) -> dict[tuple[str, str], tuple[Path, dict]]:
     for arch, cfg in CONFIGS.items():
         for qtype in ("Q4_1", "Q8_0", "F16"):
             path = tmp_path_factory.mktemp("gguf") / f"tiny-{arch}.{qtype}.gguf"
-            out[arch, qtype] = path, ckpt.write_gguf(path, cfg, seed=3, qtype=qtype)
+            out[arch, qtype] = path, ckpt_gguf.write_gguf(path, cfg, seed=3, qtype=qtype)
     return out
 
 
@@ -102,9 +103,9 @@ def test_progress_reaches_one(written) -> None:
 
 
 def test_unsupported_tensor_type(tmp_path: Path) -> None:
-    path = tmp_path / "q4_0.gguf"
-    ckpt.write_gguf(path, CONFIGS["llama"], qtype="Q4_0")
-    message = r"q4_0\.gguf: tensor blk\.0\.\w+\.weight has type Q4_0, which is not supported"
+    path = tmp_path / "q5_0.gguf"
+    ckpt_gguf.write_gguf(path, CONFIGS["llama"], qtype="Q5_0")
+    message = r"q5_0\.gguf: tensor blk\.0\.\w+\.weight has type Q5_0, which is not supported"
     with pytest.raises(ModelError, match=message):
         load_model(path)
 
@@ -124,7 +125,7 @@ def test_unknown_architecture(tmp_path: Path) -> None:
 
 def test_unknown_pre_tokenizer(tmp_path: Path) -> None:
     path = tmp_path / "pre.gguf"
-    ckpt.write_gguf(path, CONFIGS["llama"], pre="mystery")
+    ckpt_gguf.write_gguf(path, CONFIGS["llama"], pre="mystery")
     with pytest.raises(ModelError, match="pre-tokenizer 'mystery' is not supported"):
         load_model(path)
 

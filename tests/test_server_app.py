@@ -357,3 +357,48 @@ def test_a_restart_ends_open_streams_with_an_error_event_and_503s_until_back(in_
     finally:
         slot.clear("stopped")
         fresh.shutdown()
+
+
+# --- a thinking model: reasoning_content, as vLLM returns it --------------------------------------
+
+@pytest.fixture(scope="module")
+def thinking_server(tmp_path_factory):
+    import ckpt
+    folder = tmp_path_factory.mktemp("think")
+    ckpt.write_hf(folder, ckpt.tiny_qwen3_config(), seed=2, chat_template=ckpt.THINK_TEMPLATE)
+    engine = Engine(EngineSettings(model=str(folder), backend="numpy", parallel=2, context=512), log=lambda m: None)
+    engine.start()
+    slot = EngineSlot("loading")
+    slot.set_engine(engine)
+    thread = ServerThread(OpenAIServer(slot), port=0)
+    thread.start()
+    yield openai.OpenAI(base_url=thread.url + "/v1", api_key="x", max_retries=0, timeout=30), engine.info.model_name
+    thread.stop()
+    slot.clear("stopped")
+    engine.shutdown()
+
+
+def test_a_thinking_reply_is_reasoning_content_whole_and_streamed(thinking_server):
+    c, model = thinking_server
+    whole = chat(c, model, 8, extra_body=LONG)
+    reasoning = whole.choices[0].message.model_extra["reasoning_content"]
+    assert reasoning and whole.choices[0].message.content == ""  # the template opened <think>; it never closed
+    assert whole.usage.completion_tokens_details.reasoning_tokens == 8
+    chunks = list(chat(c, model, 8, stream=True, stream_options={"include_usage": True}, extra_body=LONG))
+    deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
+    assert "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas) == reasoning
+    assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == 8
+
+
+def test_enable_thinking_false_through_chat_template_kwargs(thinking_server):
+    c, model = thinking_server
+    r = chat(c, model, 8, extra_body={**LONG, "chat_template_kwargs": {"enable_thinking": False}})
+    assert r.choices[0].message.content and "reasoning_content" not in (r.choices[0].message.model_extra or {})
+    assert r.usage.completion_tokens_details is None
+    history = HELLO + [{"role": "assistant", "content": "Hi.", "reasoning_content": "They greet me."},
+                       {"role": "user", "content": "And?"}]
+    assert chat(c, model, 2, messages=history).choices[0].finish_reason == "length"
+    with pytest.raises(openai.BadRequestError, match="enable_thinking must be true or false"):
+        chat(c, model, 2, extra_body={"chat_template_kwargs": {"enable_thinking": "no"}})
+    with pytest.raises(openai.BadRequestError, match=r"messages\[1\].reasoning_content must be a string"):
+        chat(c, model, 2, messages=HELLO + [{"role": "assistant", "content": "x", "reasoning_content": 5}])

@@ -1,4 +1,5 @@
-"""GGUF import (llama, qwen3): metadata → ModelConfig, Q4_1/Q8_0 blocks → MLX-order Affine, vocab → BPE."""
+"""GGUF import (llama, qwen3, qwen35, qwen35moe): metadata → ModelConfig, blocks → Affine (gguf_blocks),
+llama.cpp's names and layouts → canonical (gguf_names), vocabulary → BPE (gguf_vocab)."""
 from __future__ import annotations
 
 import functools
@@ -8,15 +9,18 @@ from typing import Any, Callable, Iterator, Mapping
 
 import ml_dtypes
 import numpy as np
-import tokenizers
 from gguf import GGMLQuantizationType as QT
 from gguf import GGUFReader, LlamaFileType
-from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers, processors
 
 from ..config import (
+    FULL,
+    LINEAR,
+    MAX_CONV_KERNEL,
+    MAX_EXPERTS,
     MAX_HEAD_DIM,
     MAX_HEADS,
     MAX_LAYERS,
+    MAX_MTP_LAYERS,
     MAX_POSITION,
     MAX_VOCAB,
     MAX_WIDTH,
@@ -27,31 +31,12 @@ from ..config import (
 )
 from ..errors import ModelError
 from ..tokenizer import Tokenizer
-from ..weights import Affine, Model, Tensor
-from . import layout
+from ..weights import Model, Tensor
+from . import gguf_blocks, gguf_names, gguf_vocab, layout
 
 MAGIC = b"GGUF"
-ARCHES = ("llama", "qwen3")
-GLOBAL = {"token_embd": "embed_tokens", "output_norm": "norm", "output": "lm_head"}
-BLOCK = {
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
-    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
-}
-SUPPORTED = (QT.F32, QT.F16, QT.BF16, QT.Q4_1, QT.Q8_0)
-CONTROL, USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values
-# llama.cpp ends generation on these control tokens whatever the metadata's eos id says.
-END_OF_GENERATION = {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<EOT>"}
-
-# Pre-tokenizers as the models' own tokenizer.json files define them, keyed by llama.cpp's name.
-_DIGITS_BYTELEVEL = ("smollm", "starcoder", "refact", "codeshell")
-_SPLIT_RE = {
-    "llama-bpe": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                 r"|\s*[\r\n]+|\s+(?!\S)|\s+",
-    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-             r"|\s*[\r\n]+|\s+(?!\S)|\s+",
-}
+# llama.cpp's architecture names → ours
+ARCHES = {"llama": "llama", "qwen3": "qwen3", "qwen35": "qwen3_5", "qwen35moe": "qwen3_5_moe"}
 
 
 def is_gguf(path: Path) -> bool:
@@ -112,10 +97,11 @@ def config(path: Path) -> ModelConfig:
 def config_from_metadata(meta: Mapping[str, Any], tensor_names: set[str], source: str) -> ModelConfig:
     """ModelConfig from GGUF metadata values; every key is checked for its type and range."""
     top = Fields(meta, source, kind="metadata")
-    arch = top.str("general.architecture")
-    if arch not in ARCHES:
-        raise ModelError(f"{source}: GGUF architecture {shown(arch)} is not supported (supported: {', '.join(ARCHES)})")
-    m = Fields(meta, source, kind="metadata", scope=f"{arch}.")
+    name = top.str("general.architecture")
+    if name not in ARCHES:
+        raise ModelError(f"{source}: GGUF architecture {shown(name)} is not supported (supported: {', '.join(ARCHES)})")
+    arch = ARCHES[name]
+    m = Fields(meta, source, kind="metadata", scope=f"{name}.")
     hidden, heads = m.int("embedding_length", lo=1, hi=MAX_WIDTH), m.int("attention.head_count", lo=1, hi=MAX_HEADS)
     head_dim = m.int("attention.key_length", 0, hi=MAX_HEAD_DIM) or hidden // heads
     value_dim = m.int("attention.value_length", 0, hi=MAX_HEAD_DIM)
@@ -123,25 +109,75 @@ def config_from_metadata(meta: Mapping[str, Any], tensor_names: set[str], source
         raise m.error("attention.value_length", f"equal to the key length {head_dim}", value_dim)
     tokens = meta.get("tokenizer.ggml.tokens")
     vocab = m.int("vocab_size", 0, hi=MAX_VOCAB) or (len(tokens) if isinstance(tokens, list) else 0)
+    blocks = m.int("block_count", lo=1, hi=MAX_LAYERS)
+    hybrid = arch.startswith("qwen3_5")
+    mtp = m.int("nextn_predict_layers", 0, hi=min(MAX_MTP_LAYERS, blocks - 1)) if hybrid else 0
+    layers = blocks - mtp  # llama.cpp counts the MTP head's blocks in block_count
+    rotary = m.int("rope.dimension_count", 0, hi=MAX_HEAD_DIM) or head_dim
+    fields: dict[str, Any] = {}
+    if hybrid:
+        fields = _hybrid_fields(m, layers, rotary)
     try:
         return ModelConfig(
             arch=arch,
             hidden=hidden,
-            layers=m.int("block_count", lo=1, hi=MAX_LAYERS),
+            layers=layers,
             heads=heads,
-            kv_heads=m.int("attention.head_count_kv", 0, hi=MAX_HEADS) or heads,
+            kv_heads=_kv_heads(m, heads),
             head_dim=head_dim,
             vocab=vocab,
-            intermediate=m.int("feed_forward_length", lo=1, hi=MAX_WIDTH * 16),
+            intermediate=m.int("feed_forward_length", 0 if fields.get("experts") else REQUIRED, lo=1,
+                               hi=MAX_WIDTH * 16),
             rms_eps=m.float("attention.layer_norm_rms_epsilon", REQUIRED, hi=1.0),
             rope_theta=m.float("rope.freq_base", 10000.0, hi=1e12),
-            rotary_dim=m.int("rope.dimension_count", 0, hi=MAX_HEAD_DIM) or head_dim,
+            rotary_dim=rotary,
             max_position=m.int("context_length", 0, hi=MAX_POSITION) or 32768,
             tie_embeddings="output.weight" not in tensor_names,
-            qk_norm=arch == "qwen3",
+            qk_norm=arch != "llama",
+            attn_output_gate=hybrid,  # llama.cpp's qwen35 always gates attention (q rows [query | gate] per head)
+            mtp_layers=mtp,
+            **fields,
         )
     except ModelError as e:
         raise ModelError(f"{source}: {e}") from None
+
+
+def _kv_heads(m: Fields, heads: int) -> int:
+    """head_count_kv: one number, or one per layer (0 for layers without attention) that must agree."""
+    value = m.get("attention.head_count_kv")
+    if isinstance(value, list):
+        counts = {v for v in m.array("attention.head_count_kv", int) if v}
+        if len(counts) > 1 or not all(1 <= v <= MAX_HEADS for v in counts):
+            raise m.error("attention.head_count_kv", "one count for every attention layer", value[:4])
+        return counts.pop() if counts else heads
+    return m.int("attention.head_count_kv", 0, hi=MAX_HEADS) or heads
+
+
+def _hybrid_fields(m: Fields, layers: int, rotary: int) -> dict[str, Any]:
+    """qwen35 / qwen35moe: the Gated DeltaNet shapes (llama.cpp's ssm.* keys), the layer pattern and MoE."""
+    interval = m.int("full_attention_interval", 4, lo=1, hi=layers)
+    v_heads = m.int("ssm.time_step_rank", lo=1, hi=MAX_HEADS)
+    inner = m.int("ssm.inner_size", lo=1, hi=MAX_HEADS * MAX_HEAD_DIM)
+    if inner % v_heads:
+        raise m.error("ssm.inner_size", f"a multiple of ssm.time_step_rank ({v_heads})", inner)
+    sections = m.array("rope.dimension_sections", int)
+    # mRoPE's sections split the rotary pairs between position axes; text uses one axis for all of them
+    if sections and (len(sections) > 4 or min(sections) < 0 or 2 * sum(sections) != rotary):
+        raise m.error("rope.dimension_sections", f"up to 4 counts that add up to {rotary // 2} (the rotary pairs)",
+                      sections)
+    experts = m.int("expert_count", 0, hi=MAX_EXPERTS)
+    return {
+        "layer_types": [FULL if (i + 1) % interval == 0 else LINEAR for i in range(layers)],
+        "lin_k_heads": m.int("ssm.group_count", lo=1, hi=MAX_HEADS),
+        "lin_v_heads": v_heads,
+        "lin_k_dim": m.int("ssm.state_size", lo=1, hi=MAX_HEAD_DIM),
+        "lin_v_dim": inner // v_heads,
+        "conv_kernel": m.int("ssm.conv_kernel", lo=1, hi=MAX_CONV_KERNEL),
+        "experts": experts,
+        "top_k": m.int("expert_used_count", lo=1, hi=experts) if experts else 0,
+        "expert_intermediate": m.int("expert_feed_forward_length", lo=1, hi=MAX_WIDTH * 16) if experts else 0,
+        "shared_intermediate": m.int("expert_shared_feed_forward_length", 0, hi=MAX_WIDTH * 16) if experts else 0,
+    }
 
 
 def quant_label(path: Path) -> str:
@@ -153,79 +189,26 @@ def quant_label(path: Path) -> str:
         return "unknown"
 
 
-def _canonical(name: str) -> str | None:
-    base, _, kind = name.rpartition(".")
-    suffix = "" if kind == "weight" else ".bias" if kind == "bias" else None
-    if suffix is None:
-        return None
-    if base in GLOBAL:
-        return GLOBAL[base] + suffix
-    m = re.fullmatch(r"blk\.(\d+)\.(\w+)", base)
-    if m and m[2] in BLOCK:
-        return f"layers.{m[1]}.{BLOCK[m[2]]}{suffix}"
-    return None
-
-
-def _blocks(data: np.ndarray, rows: int, block_bytes: int) -> np.ndarray:
-    return np.ascontiguousarray(data).reshape(rows, -1, block_bytes)
-
-
-def _f16(blocks: np.ndarray, at: int) -> np.ndarray:
-    """The fp16 field at byte `at` of every block."""
-    return np.ascontiguousarray(blocks[..., at:at + 2]).view(np.float16)[..., 0]
-
-
-def _q4_1(data: np.ndarray, rows: int) -> Affine:
-    # block: f16 d, f16 m, 16 bytes; byte j holds element j (low nibble) and element j+16 (high nibble)
-    b = _blocks(data, rows, 20)
-    qs = b[..., 4:]
-    codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # [rows, blocks, 32] in element order
-    # MLX order: element k of a little-endian word in bits [4k, 4k+4), so byte i = elements 2i, 2i+1
-    packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).reshape(rows, -1).view("<u4")
-    return Affine(packed, _f16(b, 0), _f16(b, 2), bits=4, group=32)
-
-
-def _q8_0(data: np.ndarray, rows: int) -> Affine:
-    # block: f16 d, 32 int8; w = d·q = d·(q+128) − 128·d, and q+128 as a byte is q's byte xor 0x80
-    b = _blocks(data, rows, 34)
-    packed = (b[..., 2:] ^ 0x80).reshape(rows, -1).view("<u4")
-    d = _f16(b, 0)
-    return Affine(packed, d, (d * np.float16(-128)).astype(np.float16), bits=8, group=32)
-
-
 def _tensor(t: Any, path: Path) -> Tensor:
     shape = tuple(int(n) for n in reversed(t.shape))  # GGUF lists dimensions innermost first
-    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
-    kind = QT(t.tensor_type)
+    where = f"{path}: tensor {t.name}"
     if not shape or not all(shape):
-        raise ModelError(f"{path}: tensor {t.name} has shape {list(shape)}")
-    if kind in (QT.Q4_1, QT.Q8_0):
-        block = 20 if kind == QT.Q4_1 else 34
-        if len(shape) != 2 or shape[-1] % 32 or np.asarray(t.data).nbytes != rows * shape[-1] // 32 * block:
-            raise ModelError(f"{path}: tensor {t.name} is {kind.name} but has shape {list(shape)} "
-                             f"({np.asarray(t.data).nbytes} bytes)")
-    elif np.asarray(t.data).size != int(np.prod(shape)):
-        raise ModelError(f"{path}: tensor {t.name} holds {np.asarray(t.data).size} values for shape {list(shape)}")
-    if kind == QT.Q4_1:
-        w = _q4_1(t.data, rows)
-    elif kind == QT.Q8_0:
-        w = _q8_0(t.data, rows)
-    elif kind == QT.BF16:
-        w = np.asarray(t.data).view(ml_dtypes.bfloat16).astype(np.float32)
-    else:
-        w = np.asarray(t.data, dtype=np.float32)
-    return w if isinstance(w, Affine) else w.reshape(shape)
-
-
-def _unpermute(w: Tensor, n_head: int) -> Tensor:
-    """Undo llama.cpp's q/k row order (interleaved RoPE pairs) so that every model uses NeoX RoPE.
-
-    The converter did rows.reshape(n_head, 2, hd/2).swapaxes(1, 2); the inverse reads the stored rows
-    as (n_head, hd/2, 2) and swaps back.
-    """
-    out = w.shape[-2] if len(w.shape) > 1 else w.shape[0]
-    order = np.arange(out).reshape(n_head, out // n_head // 2, 2).swapaxes(1, 2).reshape(-1)
-    return layout.rows(w, order)
+        raise ModelError(f"{where} has shape {list(shape)}")
+    try:
+        kind = QT(t.tensor_type)
+    except ValueError:
+        raise ModelError(f"{where} has an unknown type {shown(t.tensor_type)}") from None
+    if kind not in gguf_blocks.SUPPORTED:
+        raise ModelError(f"{where} has type {kind.name}, which is not supported "
+                         f"({', '.join(q.name for q in gguf_blocks.SUPPORTED)})")
+    if kind in gguf_blocks.QUANTIZED:
+        return gguf_blocks.decode(kind, t.data, shape, where)
+    data = np.asarray(t.data)
+    if data.size != int(np.prod(shape)):
+        raise ModelError(f"{where} holds {data.size} values for shape {list(shape)}")
+    if kind == QT.BF16:
+        return data.view(ml_dtypes.bfloat16).astype(np.float32).reshape(shape)
+    return np.asarray(data, dtype=np.float32).reshape(shape)
 
 
 def load(path: Path, progress: Callable[[str, float], None] | None = None) -> Model:
@@ -234,21 +217,13 @@ def load(path: Path, progress: Callable[[str, float], None] | None = None) -> Mo
     weights: dict[str, Tensor] = {}
     origin: dict[str, str] = {}
     for i, t in enumerate(r.tensors):
-        name = _canonical(t.name)
+        name = gguf_names.canonical(t.name, cfg)
         if name is None:
             raise ModelError(f"{path}: tensor {t.name} is not part of a {cfg.arch} model this engine runs")
-        if t.tensor_type not in SUPPORTED:
-            raise ModelError(f"{path}: tensor {t.name} has type {QT(t.tensor_type).name}, which is not supported "
-                             f"({', '.join(q.name for q in SUPPORTED)})")
-        w = _tensor(t, path)
-        if cfg.arch == "llama" and name.removesuffix(".bias").endswith(("q_proj", "k_proj")):
-            n_head = cfg.heads if ".q_proj" in name else cfg.kv_heads
-            out = w.shape[-2] if len(w.shape) > 1 else w.shape[0]
-            if out != n_head * cfg.head_dim or cfg.head_dim % 2:
-                raise ModelError(f"{path}: tensor {t.name} has {out} rows, but RoPE over {n_head} heads of "
-                                 f"{cfg.head_dim} (an even size) needs {n_head * cfg.head_dim}")
-            w = _unpermute(w, n_head)
-        weights[name], origin[name] = w, f"{path}: tensor {t.name}"
+        if name:
+            where = f"{path}: tensor {t.name}"
+            weights[name] = gguf_names.to_canonical(name, _tensor(t, path), cfg, where)
+            origin[name] = where
         if progress:
             progress("loading weights", (i + 1) / len(r.tensors))
     layout.finish(weights, cfg, origin, str(path), shift_norms=False)
@@ -258,82 +233,14 @@ def load(path: Path, progress: Callable[[str, float], None] | None = None) -> Mo
                  meta={"label": f"GGUF {quant_label(path)}", "dropped": []})
 
 
+def tokenizer(path: Path) -> Tokenizer:
+    """A `tokenizers` byte-level BPE equal to the model's own tokenizer.json, from the GGUF metadata."""
+    return gguf_vocab.from_metadata(metadata(path), str(path))
+
+
 def display_name(path: Path) -> str:
     """The file name without its quantization suffix: SmolLM2-135M-Instruct.Q4_1.gguf → SmolLM2-135M-Instruct."""
     stem = path.name.removesuffix(".gguf")
     return re.sub(r"[.-](?:I?Q\d\w*|F16|F32|BF16)$", "", stem, flags=re.IGNORECASE) or stem
 
 
-def _pre_tokenizer(pre: str, path: str) -> tuple[Any, Any]:
-    """(normalizer, pre-tokenizer) for llama.cpp's pre-tokenizer name."""
-    if pre in _DIGITS_BYTELEVEL:
-        return None, pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                              pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
-    if pre in ("gpt-2", "default"):
-        return None, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if pre in _SPLIT_RE:
-        split = pre_tokenizers.Split(Regex(_SPLIT_RE[pre]), behavior="isolated", invert=False)
-        seq = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-        return (normalizers.NFC() if pre == "qwen2" else None), seq
-    known = ", ".join((*_DIGITS_BYTELEVEL, "gpt-2", *_SPLIT_RE))
-    raise ModelError(f"{path}: tokenizer pre-tokenizer {shown(pre)} is not supported (supported: {known})")
-
-
-def tokenizer(path: Path) -> Tokenizer:
-    """A `tokenizers` byte-level BPE equal to the model's own tokenizer.json, from the GGUF metadata."""
-    return tokenizer_from_metadata(metadata(path), str(path))
-
-
-def tokenizer_from_metadata(meta: Mapping[str, Any], source: str) -> Tokenizer:
-    m = Fields(meta, source, kind="metadata", scope="tokenizer.")
-    model = m.str("ggml.model")
-    if model != "gpt2":
-        raise ModelError(f"{source}: tokenizer model {shown(model)} is not supported (only gpt2-style BPE)")
-    tokens = _list(m, "ggml.tokens", str)
-    if not tokens or len(tokens) > MAX_VOCAB:
-        raise m.error("ggml.tokens", f"a list of 1..{MAX_VOCAB} strings", len(tokens))
-    types = _list(m, "ggml.token_type", int) or [1] * len(tokens)
-    if len(types) != len(tokens):
-        raise m.error("ggml.token_type", f"one type per token ({len(tokens)})", len(types))
-    merges = [tuple(x.split(" ", 1)) for x in _list(m, "ggml.merges", str)]
-    if any(len(x) != 2 for x in merges):
-        raise m.error("ggml.merges", "a list of 'left right' pairs")
-    pre = m.str("ggml.pre", "default")
-    normalizer, pre_tok = _pre_tokenizer(pre, source)
-    ids = {name: m.int(f"ggml.{name}_token_id", None, hi=len(tokens) - 1) for name in ("bos", "eos", "eot", "eom")}
-    bos = ids["bos"]
-    try:
-        bpe = tokenizers.models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,
-                                    ignore_merges=pre == "llama-bpe")
-        tk = tokenizers.Tokenizer(bpe)
-        if normalizer is not None:
-            tk.normalizer = normalizer
-        tk.pre_tokenizer = pre_tok
-        tk.decoder = decoders.ByteLevel()
-        tk.add_tokens([AddedToken(t, special=y == CONTROL, normalized=False)
-                       for t, y in zip(tokens, types) if y in (CONTROL, USER_DEFINED)])
-        if bos is not None and m.bool("ggml.add_bos_token", False):
-            tk.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A $B",
-                                                              special_tokens=[(tokens[bos], bos)])
-    except Exception as e:  # the Rust side reports a vocabulary it cannot build as a plain Exception
-        raise ModelError(f"{source}: the tokenizer cannot be built from the metadata ({_one_line(e)})") from None
-    eos_ids = {i for k, i in ids.items() if k != "bos" and i is not None}
-    eos_ids |= {i for i, (t, y) in enumerate(zip(tokens, types)) if y == CONTROL and t in END_OF_GENERATION}
-    eos = ids["eos"]
-    return Tokenizer(tk, source=source, chat_template=m.str("chat_template"), eos_ids=eos_ids,
-                     bos_id=bos, eos_token=tokens[eos] if eos is not None else None)
-
-
-def _list(m: Fields, key: str, kind: type) -> list:
-    """A metadata array whose entries are all of one type (empty when missing)."""
-    value = m.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, kind) and not isinstance(v, bool) for v in value):
-        raise m.error(key, f"a list of {kind.__name__}s", value if not isinstance(value, list) else value[:3])
-    return value
-
-
-def _one_line(e: Exception) -> str:
-    text = " ".join(str(e).split()) or type(e).__name__
-    return text if len(text) <= 160 else text[:157] + "..."

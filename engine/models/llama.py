@@ -1,6 +1,8 @@
 """Llama: RMSNorm, GQA attention with NeoX RoPE, SwiGLU MLP. The base the other decoders extend."""
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ..kv.cache import Cache
@@ -22,14 +24,18 @@ def fuse(ws: list[Tensor]) -> Tensor | None:
 
 
 class Llama:
-    def __init__(self, model: Model, backend: Backend):
+    def __init__(self, model: Model, backend: Backend, progress: Callable[[float], None] | None = None):
         self.cfg, self.b = model.config, backend
         c, W, p = self.cfg, model.weights, backend.prepare
         self.embed = p(W["embed_tokens"], "embed")
         self.lm_head = self.embed if c.tie_embeddings or "lm_head" not in W else p(W["lm_head"])
         self.norm = p(W["norm"], "norm")
         self.attn_index = {layer: i for i, layer in enumerate(c.attention_layers)}
-        self.layers = [self.load_layer(W, i) for i in range(c.layers)]
+        self.layers = []
+        for i in range(c.layers):
+            self.layers.append(self.load_layer(W, i))
+            if progress:
+                progress((i + 1) / c.layers)
 
     # --- weights ---------------------------------------------------------------------------
     def load_layer(self, W: dict, i: int) -> dict:

@@ -16,6 +16,8 @@ not prepared on the backend) until a drafter uses them.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ..config import FULL
@@ -30,10 +32,10 @@ DELTANET_CHUNK = 64  # rows per chunk of the chunked prompt form (prompt chunks 
 
 
 class Qwen3_5(Qwen3):
-    def __init__(self, model: Model, backend: Backend):
+    def __init__(self, model: Model, backend: Backend, progress: Callable[[float], None] | None = None):
         c = model.config
         self.lin_index = {layer: i for i, layer in enumerate(c.linear_layers)}
-        super().__init__(model, backend)
+        super().__init__(model, backend, progress)
         W = model.weights
         self.mtp = None
         if c.mtp_layers and any(n.startswith("mtp.") for n in W):

@@ -177,7 +177,8 @@ class OpenAIServer:
 
         def submit() -> int:
             ids = job.prompt_ids if job.prompt is None else engine.encode(job.prompt)
-            return engine.submit(job.messages, job.sampling, on_event=stream.push, prompt_ids=ids)
+            return engine.submit(job.messages, job.sampling, on_event=stream.push, prompt_ids=ids,
+                                 thinking=job.thinking)
 
         def cancel_late(f: asyncio.Future) -> None:
             if f.exception() is None:
@@ -211,7 +212,8 @@ class OpenAIServer:
                     if e.reason == "shutdown":
                         raise unavailable("the engine stopped before the reply was finished")
                     shape = Shape(job.kind, served)
-                    return json_response(shape.whole(e.text, e.reason, e.prompt_tokens, e.tokens))
+                    return json_response(shape.whole(e.text, e.reason, e.prompt_tokens, e.tokens, e.reasoning,
+                                                     e.reasoning_tokens))
                 if isinstance(e, Failed):
                     raise ApiError(500, e.message, type="server_error")
                 if isinstance(e, Ended):
@@ -232,6 +234,8 @@ class OpenAIServer:
                     if isinstance(e, Started):
                         prompt_tokens = e.prompt_tokens
                     elif isinstance(e, Token):
+                        if e.reasoning and shape.chat:
+                            out.append(shape.chunk(reasoning=e.reasoning))
                         if e.text:
                             out.append(shape.chunk(e.text))
                     elif isinstance(e, Finished):
@@ -241,7 +245,8 @@ class OpenAIServer:
                         else:
                             out.append(shape.chunk(reason=e.reason))
                             if shape.include_usage:
-                                out.append(shape.usage_chunk(e.prompt_tokens or prompt_tokens, e.tokens))
+                                out.append(shape.usage_chunk(e.prompt_tokens or prompt_tokens, e.tokens,
+                                                             e.reasoning_tokens))
                             out.append(DONE)
                     elif isinstance(e, (Failed, Ended)):
                         error = e.error if isinstance(e, Ended) else ApiError(500, e.message, type="server_error")

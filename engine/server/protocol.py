@@ -51,6 +51,7 @@ class Job:
     stream: bool = False
     include_usage: bool = False
     messages: list[dict[str, str]] | None = None
+    thinking: bool | None = None  # chat_template_kwargs.enable_thinking (None: the model's default)
     prompt: str | None = None  # a completion's text, tokenized by the engine
     prompt_ids: list[int] | None = field(default=None, repr=False)
 
@@ -72,7 +73,20 @@ def parse_chat(body: Any, defaults: SamplingParams, context: int) -> Job:
         raise bad("only the text response format is supported", "response_format")
     job = _common(body, defaults, context, "chat")
     job.messages = messages
+    job.thinking = _thinking(body.get("chat_template_kwargs"))
     return job
+
+
+def _thinking(kwargs: Any) -> bool | None:
+    """vLLM's chat_template_kwargs: enable_thinking is the one this server passes on."""
+    if kwargs is None:
+        return None
+    if not isinstance(kwargs, dict):
+        raise bad("chat_template_kwargs must be an object", "chat_template_kwargs")
+    value = kwargs.get("enable_thinking")
+    if value is not None and not isinstance(value, bool):
+        raise bad("chat_template_kwargs.enable_thinking must be true or false", "chat_template_kwargs.enable_thinking")
+    return value
 
 
 def parse_completion(body: Any, defaults: SamplingParams, context: int) -> Job:
@@ -134,7 +148,13 @@ def _message(m: Any, i: int) -> dict[str, str]:
         content = "".join(_text_part(p, f"{where}.content[{j}]") for j, p in enumerate(content))
     elif not isinstance(content, str):
         raise bad(f"{where}.content must be a string or an array of text parts", f"{where}.content")
-    return {"role": ROLES[role], "content": _utf8(content, f"{where}.content")}
+    out = {"role": ROLES[role], "content": _utf8(content, f"{where}.content")}
+    reasoning = m.get("reasoning_content")
+    if reasoning is not None and role == "assistant":  # an earlier reply's thinking: the template keeps or drops it
+        if not isinstance(reasoning, str):
+            raise bad(f"{where}.reasoning_content must be a string", f"{where}.reasoning_content")
+        out["reasoning_content"] = _utf8(reasoning, f"{where}.reasoning_content")
+    return out
 
 
 def _utf8(text: str, where: str) -> str:

@@ -16,9 +16,12 @@ def sse(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> dict[str, Any]:
+    out: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                           "total_tokens": prompt_tokens + completion_tokens}
+    if reasoning_tokens:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return out
 
 
 class Shape:
@@ -34,25 +37,31 @@ class Shape:
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def whole(self, text: str, reason: str, prompt_tokens: int, tokens: int) -> dict[str, Any]:
-        """A non-streamed response."""
+    def whole(self, text: str, reason: str, prompt_tokens: int, tokens: int, reasoning: str = "",
+              reasoning_tokens: int = 0) -> dict[str, Any]:
+        """A non-streamed response; a thinking model's block is the message's `reasoning_content` (vLLM's)."""
         finish = FINISH_REASONS.get(reason, reason)
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                      "logprobs": None, "finish_reason": finish}
+            message = {"role": "assistant", "content": text, "refusal": None}
+            if reasoning:
+                message["reasoning_content"] = reasoning
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
             head = self._head("chat.completion")
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
             head = self._head("text_completion")
-        return {**head, "choices": [choice], "usage": usage(prompt_tokens, tokens)}
+        return {**head, "choices": [choice], "usage": usage(prompt_tokens, tokens, reasoning_tokens)}
 
-    def chunk(self, text: str | None = None, reason: str | None = None, role: bool = False) -> bytes:
-        """A streamed piece: new text, or the finish reason, or (chat) the assistant's role first."""
+    def chunk(self, text: str | None = None, reason: str | None = None, role: bool = False,
+              reasoning: str | None = None) -> bytes:
+        """A streamed piece: new text or reasoning, or the finish reason, or (chat) the assistant's role first."""
         finish = FINISH_REASONS.get(reason, reason) if reason else None
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
             if text is not None:
                 delta["content"] = text
+            if reasoning is not None:
+                delta["reasoning_content"] = reasoning
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
             obj = {**self._head("chat.completion.chunk"), "choices": [choice]}
         else:
@@ -62,9 +71,9 @@ class Shape:
             obj["usage"] = None  # as OpenAI: only the last chunk carries it
         return sse(obj)
 
-    def usage_chunk(self, prompt_tokens: int, tokens: int) -> bytes:
+    def usage_chunk(self, prompt_tokens: int, tokens: int, reasoning_tokens: int = 0) -> bytes:
         obj = self._head("chat.completion.chunk" if self.chat else "text_completion")
-        return sse({**obj, "choices": [], "usage": usage(prompt_tokens, tokens)})
+        return sse({**obj, "choices": [], "usage": usage(prompt_tokens, tokens, reasoning_tokens)})
 
 
 def error_event(error: ApiError) -> bytes:
