@@ -496,8 +496,7 @@ class ChatTab(QWidget):
 
     def update_thinking_toggle(self) -> None:
         """Show the thinking switch when the tab's model has one (its default until this conversation picks)."""
-        info = self.bridge.info
-        self.thinking_toggle.show_for(info.thinking if info is not None else None, self.conversation.thinking)
+        self.thinking_toggle.show_for(getattr(self.bridge.info, "thinking", None), self.conversation.thinking)
 
     def _thinking_chosen(self, on: bool) -> None:
         self.conversation.thinking = on
