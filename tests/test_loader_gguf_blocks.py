@@ -98,7 +98,8 @@ def test_cupy_weights_equal_gguf_dequantize(name: str) -> None:
     dequantizes to gguf's values, and its product matches the float64 product of those values."""
     import cupy
 
-    from engine.ops.cupy_backend import CupyBackend, DenseWeight, QWeight
+    from engine.ops.cupy_backend import CupyBackend
+    from engine.ops.cupy_weights import DenseWeight, QWeight
     b = CupyBackend()
     w = weights(rows=96, n=512, seed=4)
     data, reference = ckpt_gguf.encode(w, name)
