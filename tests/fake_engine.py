@@ -65,6 +65,7 @@ class FakeEngine:
         self.start_cancelled = threading.Event()
         self.turn = threading.Condition()
         self.running = None  # with queue_first: the request generating now
+        self.waiting = []  # with queue_first: the requests not yet generating, in the order they came
 
     def start(self, progress=None):
         while not self.release.wait(0.01):
@@ -83,6 +84,9 @@ class FakeEngine:
             raise RequestError(self.refuse)
         self.next_id += 1
         rid = self.next_id
+        if self.queue_first:
+            with self.turn:
+                self.waiting.append(rid)  # here, not on its thread: turns go in the order requests came
         self.thinking[rid] = thinking
         self.callbacks[rid] = on_event
         t = threading.Thread(target=self._run, args=(rid, on_event), daemon=True)
@@ -93,10 +97,15 @@ class FakeEngine:
     def _run(self, rid, on_event):
         if self.queue_first:
             with self.turn:
-                if self.running is not None:
-                    on_event(Queued(rid, rid - 1 - self.running))
-                while self.running is not None and rid not in self.cancelled:
+                if self.running is not None or self.waiting[0] != rid:
+                    on_event(Queued(rid, self.waiting.index(rid) - (self.running is None)))
+                while (self.running is not None or self.waiting[0] != rid) and rid not in self.cancelled:
                     self.turn.wait(0.01)
+                self.waiting.remove(rid)
+                if rid in self.cancelled and (self.running is not None or self.waiting and self.waiting[0] < rid):
+                    self.turn.notify_all()  # cancelled while it waited: it never had its turn
+                    on_event(Finished(rid, "cancelled", "", 0, 5, 1.0, 1.0))
+                    return
                 self.running = rid
         on_event(Started(rid, 0, 5))
         while not self.read.wait(0.01):
