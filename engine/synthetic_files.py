@@ -27,6 +27,8 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 def stored_name(name: str, cfg: ModelConfig) -> str:
     """A canonical module name → the name mlx-lm gives it (without .weight)."""
     name = name.replace(".mlp.experts.", ".mlp.switch_mlp.")
+    if name.startswith("mtp."):
+        return name  # the MTP head sits beside the language model, as the HF checkpoints keep it
     if not cfg.arch.startswith("qwen3_5"):
         return name if name == "lm_head" else "model." + name
     return "language_model.lm_head" if name == "lm_head" else "language_model.model." + name
@@ -49,6 +51,8 @@ def hf_config(cfg: ModelConfig, bits: int, group: int, overrides: dict[str, dict
                  "attn_output_gate": cfg.attn_output_gate, "linear_num_key_heads": cfg.lin_k_heads,
                  "linear_num_value_heads": cfg.lin_v_heads, "linear_key_head_dim": cfg.lin_k_dim,
                  "linear_value_head_dim": cfg.lin_v_dim, "linear_conv_kernel_dim": cfg.conv_kernel})
+    if cfg.mtp_layers:
+        text["mtp_num_hidden_layers"] = cfg.mtp_layers
     if cfg.experts:
         text.update({"num_experts": cfg.experts, "num_experts_per_tok": cfg.top_k,
                      "moe_intermediate_size": cfg.expert_intermediate,
