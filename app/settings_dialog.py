@@ -136,9 +136,9 @@ class SettingsDialog(QDialog):
         ef.addRow("Paging", self.paging)
         ef.addRow("Page size", self.page_tokens)
         ef.addRow("Memory budget", memory_row)
-        ef.addRow("Speculative drafter", self.drafter)
+        ef.addRow("Drafter", self.drafter)
         ef.addRow("Drafts", self.draft_tokens)
-        ef.addRow("Unload when idle", self.idle)
+        ef.addRow("Idle unload", self.idle)
 
         # Sampling
         self.temperature = _dspin(0, 2, sp.temperature, 0.05, special="0 (greedy)")
