@@ -71,8 +71,8 @@ def test_a_last_message_too_long_alone_is_refused_even_when_dropping(qtbot, laun
 def test_each_reply_shows_its_first_token_time_and_tabs_together_their_total_rate(qtbot, launch):  # noqa: F811
     window = launch(max_tokens=100000, parallel=2)
     first = window.current_tab()
+    second = window.new_tab()  # both tabs first: the two sends go back to back, so the replies overlap
     send(qtbot, first, "Hello")
-    second = window.new_tab()
     send(qtbot, second, "Hi")
     qtbot.waitUntil(lambda: window.throughput.isVisible(), timeout=30000)
     qtbot.waitUntil(lambda: "tok/s in all" in window.throughput.text() and float(
