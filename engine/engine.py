@@ -12,7 +12,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import ContextLengthError, LanechatError, RequestError, StartCancelledError
+from .errors import ContextLengthError, DeviceLostError, LanechatError, RequestError, StartCancelledError
 from .events import Event, Failed, Finished
 from .models import build
 from .ops.base import Backend
@@ -204,6 +204,10 @@ class Engine:
         self._usage = Usage(0, 0, 0, 0)
         self.info: EngineInfo | None = None
         self.runner: Runner | None = None
+        self.restarts = 0  # after device faults
+        # Called on the engine thread with every scheduler the engine builds (at start and after a
+        # restart): where tests and tools attach a step observer or a fault hook.
+        self.on_scheduler: Callable[[Scheduler], None] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, progress: Progress | None = None) -> None:
@@ -236,8 +240,8 @@ class Engine:
         the chat template, tokenizing and the prompt checks run on the engine thread, never the
         caller's, and a request they refuse ends with a Failed event saying why. `thinking`: the
         template's enable_thinking for this chat (None: the model's default, `info.thinking`)."""
-        if self.runner is None:
-            raise RequestError("the engine is not running")
+        if self.runner is None or not self._thread.is_alive():
+            raise RequestError("the engine is not running" + (f": {self._error}" if self._error else ""))
         (sampling or self.settings.sampling).validate()
         rid = next(self._ids)
         self._inbox.put(("add", rid, messages, sampling, on_event, prompt_ids, resume, snapshot_at_end, thinking))
@@ -258,6 +262,8 @@ class Engine:
 
     def snapshot(self, rid: int) -> Snapshot | None:
         """The state a finished `snapshot_at_end` request left (taken once)."""
+        if self._thread is None or not self._thread.is_alive():
+            return None
         box: queue.Queue = queue.Queue()
         self._inbox.put(("snapshot", rid, box))
         return box.get()
@@ -286,6 +292,8 @@ class Engine:
         self.log(sched.plan.line)
         if progress:
             progress("ready", 1.0)
+        if self.on_scheduler is not None:
+            self.on_scheduler(sched)
         self._ready.set()
         self._loop(sched)
 
@@ -295,6 +303,28 @@ class Engine:
         except LanechatError as e:  # a template that fails here fails every chat: the first one says so
             self.log(f"thinking: the chat template cannot be probed ({e})")
             return None
+
+    def _restart(self, sched: Scheduler, fault: DeviceLostError) -> Scheduler | None:
+        """After a device fault: every stream ends interrupted with one message, then a fresh
+        backend, model and cache; None (the engine stops, saying why) when that fails too."""
+        message = f"interrupted: {fault}; the engine restarted, send again to continue"
+        self.log(f"engine: {fault}; restarting")
+        for seq in list(sched.waiting) + list(sched.active):
+            seq.on_event(Failed(seq.id, message))
+        sched.waiting.clear()
+        sched.active.clear()
+        try:
+            self.runner = Runner(self.settings, None, self.log)
+            fresh = self.runner.scheduler(self.settings)
+        except Exception as e:  # a lost CUDA context usually stays lost for this process
+            self._error = LanechatError(f"the engine could not restart after a device fault ({e}); "
+                                        "restart Lanechat")
+            self.log(f"engine: {self._error}")
+            return None
+        self.restarts += 1
+        if self.on_scheduler is not None:
+            self.on_scheduler(fresh)
+        return fresh
 
     def _add(self, sched: Scheduler, rid: int, messages: list[dict] | None, sampling: SamplingParams | None,
              on_event: Callable[[Event], None], prompt_ids: list[int] | None, resume: Snapshot | None,
@@ -332,7 +362,12 @@ class Engine:
                 except queue.Empty:
                     cmd = None
             if sched.busy:
-                sched.step()
+                try:
+                    sched.step()
+                except DeviceLostError as fault:
+                    sched = self._restart(sched, fault)
+                    if sched is None:
+                        return
             lanes = sched.lanes
             self._usage = Usage(lanes.pages_used(), lanes.total_pages, len(sched.active), len(sched.waiting))
 

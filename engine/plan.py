@@ -73,8 +73,9 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
     layers = drafters.kv_layers(cfg, drafter)
     page_bytes = P * cfg.kv_bytes_per_token(s.kv_dtype, layers)
     # One state slot more than streams: padding rows of a captured decode batch update a scratch slot;
-    # a verify window of k drafts keeps the state after each of its k + 1 rows.
-    state = (n + 1) * (k + 1) * cfg.state_bytes_per_stream()
+    # a verify window of k drafts keeps the state after each of its k + 1 rows; and per stream a
+    # checkpoint slot (a failed batched step puts the rows' state back).
+    state = ((n + 1) * (k + 1) + n) * cfg.state_bytes_per_stream()
     windows = {"off": n, "pages": 1, "all": 0}[s.paging]
     pool_lanes = n - windows
     need_pool = pool_lanes * W

@@ -188,3 +188,15 @@ def test_gates_pass_on_the_gpu(name):
     s = EngineSettings(model=f"synthetic:{name}", backend="cupy", parallel=8, context=1024)
     table = gates.run(s, gates.load_chats(None), 12, False, log=lambda m: None)
     assert gates.passed(table), gates.render(table)
+
+
+@gpu_test
+def test_sticky_cuda_errors_are_a_lost_device_and_others_are_not():
+    import cupy
+
+    from engine.errors import DeviceLostError
+    b = get_backend("cupy")
+    err = cupy.cuda.runtime.CUDARuntimeError
+    assert b.device_lost(err(700)) and b.device_lost(err(719)) and b.device_lost(DeviceLostError("x"))
+    assert not b.device_lost(err(2)) and not b.device_lost(ValueError("shape"))  # out of memory, a bug
+    assert b.device_lost(cupy.cuda.driver.CUDADriverError(700))

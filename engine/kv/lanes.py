@@ -2,7 +2,8 @@
 
 Layout of the KV arrays: the windows' pages first (lane i's window is one contiguous run), then the
 pool. Modes: `off` every lane a window; `pages` lane 0 (the engine's own) a window, the rest on the
-pool; `all` every lane on the pool, with one window's worth of pages set aside for lane 0.
+pool; `all` every lane on the pool, with one window's worth of pages set aside for lane 0. While
+lane 0 is idle its reserve is lent to the others; the scheduler takes it back by pausing borrowers.
 """
 from __future__ import annotations
 
@@ -45,13 +46,29 @@ class Lanes:
         return None
 
     def available(self, lane: Lane) -> int:
-        """Pool pages this lane may still take (others must leave lane 0's reserve alone)."""
-        if lane.index == 0:
+        """Pool pages this lane may still take: others leave a busy lane 0's reserve alone, and
+        may borrow it while lane 0 is idle."""
+        if lane.index == 0 or not self.lanes[0].busy:
             return self.pool.free
         return self.pool.free - max(0, self.reserve - len(self.lanes[0].pages))
 
+    def lent(self) -> int:
+        """Pages of lane 0's reserve that other lanes hold (borrowed while it was idle)."""
+        own = 0 if self.lanes[0].window else len(self.lanes[0].pages)
+        return max(0, self.reserve - own - self.pool.free)
+
     def pages_for(self, tokens: int) -> int:
         return -(-tokens // self.page_tokens)
+
+    def missing(self, lane: Lane, tokens: int) -> int:
+        """Pages the lane lacks for `tokens` positions (a window lacks none within its length)."""
+        if lane.window:
+            return 0 if tokens <= len(lane.pages) * self.page_tokens else 1 << 30
+        return max(0, self.pages_for(tokens) - len(lane.pages))
+
+    def fits(self, lane: Lane, tokens: int) -> bool:
+        """Whether `ensure(lane, tokens)` would succeed (nothing is taken)."""
+        return self.missing(lane, tokens) <= (self.available(lane) if not lane.window else 0)
 
     def ensure(self, lane: Lane, tokens: int) -> bool:
         """Give the lane pages for `tokens` positions; False (nothing taken) if the pool is short."""
