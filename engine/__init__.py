@@ -12,9 +12,9 @@ from .errors import (
     StartCancelledError,
 )
 from .events import Event, Failed, Finished, Queued, Started, Token
+from .kv import Snapshot
 from .memory import IDLE_UNLOAD_MINUTES, unload_when_idle
 from .plan import Plan, plan
-from .scheduler import Snapshot
 from .settings import EngineSettings, SamplingParams
 
 

@@ -2,24 +2,28 @@
 or interruption. Every arm runs the same prompts; token ids are compared as SHA-256.
 
 Per arm: solo prompts (chat prompts plus prompts ending at, just after and well past a page
-boundary), the same prompts concurrently 1/2/4/8 at a time, and resumes (a stream stopped mid-way,
-snapshotted, and continued on another lane). The reference is the contiguous arm (paging off).
-With drafters, each one that fits the model runs the solo prompts, four at once, and the sampled
-ones again in verify windows: "drafted == plain" (n-gram and MTP exercise rejection; the oracle,
-which proposes the plain run's own tokens, full acceptance).
+boundary), the same prompts concurrently 1/2/4/8 at a time, resumes (a stream stopped mid-way,
+snapshotted, and continued on another lane), and follow-up turns (a finished turn's snapshot, in
+memory and through a file on disk, continued by the next turn's prompt). The reference is the
+contiguous arm (paging off). With drafters, each one that fits the model runs the solo prompts,
+four at once, and the sampled ones again in verify windows: "drafted == plain" (n-gram and MTP
+exercise rejection; the oracle, which proposes the plain run's own tokens, full acceptance).
 """
 from __future__ import annotations
 
 import hashlib
 import sys
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
 from . import drafters, jsonfile
 from .engine import Runner, run_to_end
 from .errors import LanechatError
+from .kv import snapshots
 from .settings import EngineSettings, SamplingParams
 
 CHATS = [
@@ -43,6 +47,8 @@ ARMS = [("contiguous", "off", 256), ("pages p16", "pages", 16), ("pages p256", "
 QUICK_ARMS = [ARMS[0], ARMS[1], ARMS[3]]
 GROUPS = (1, 2, 4, 8)
 DRAFTERS = ("ngram", "mtp", "oracle")
+FOLLOW_UP = "\nAnd what follows from that? Answer in one line."
+FOLLOW_UPS = 2  # prompts continued by a follow-up turn, per arm
 
 
 def sha(tokens: list[int]) -> str:
@@ -108,6 +114,19 @@ def run_arm(runner: Runner, s: EngineSettings, prompts: list[list[int]], max_tok
             out[("drafted", name, "conc", i)] = sha(seq.tokens)
         for i, seq in enumerate(go(prompts[:4], hot, ds)):
             out[("drafted", name, "sampled", i)] = sha(seq.tokens)
+    # Follow-up turns: the next prompt extends a finished turn; its snapshot continues it, once as
+    # it left the engine and once after a round trip through a file.
+    follow = runner.tokenizer.encode(FOLLOW_UP)
+    with tempfile.TemporaryDirectory(prefix="lanechat-gates-") as tmp:
+        for i, p in enumerate(prompts[:FOLLOW_UPS]):
+            first = go([p], half, snapshot_at_end=True)[0]
+            snap = sched.snapshots.pop(first.id)
+            path = Path(tmp) / f"{i}.kv"
+            snapshots.save(path, snap, runner.fingerprint, s.page_tokens)
+            disk = snapshots.load(path, runner.fingerprint, s.kv_dtype)
+            ids = first.tokens + follow
+            out[("follow", i)] = sha(go([ids], greedy, resume=snap)[0].tokens)
+            out[("disk", i)] = sha(go([ids], greedy, resume=disk)[0].tokens)
     return out
 
 
@@ -134,6 +153,10 @@ def compare(ref: dict, arms: dict[str, dict]) -> dict[str, tuple[int, int]]:
                 _, drafter, how, i = key
                 plain = ref[("sampled", i)] if how == "sampled" else ref[("solo", i)]
                 add(f"drafted == plain: {drafter} (solo, 4 at once, T 1.0)", h == plain)
+            elif kind == "follow":
+                add("follow-up turn: every arm == contiguous", h == ref[key])
+            elif kind == "disk":
+                add("resumed from disk == uninterrupted", h == out[("follow", key[1])] == ref[("follow", key[1])])
     return {row: (sum(v), len(v)) for row, v in rows.items()}
 
 

@@ -25,25 +25,13 @@ from . import drafters, pausing
 from .drafters.verify import DraftStats, Verifier
 from .errors import DeviceLostError
 from .events import Event, Failed, Finished, Queued, Started, Token
-from .kv import Lane, Lanes, LaneState
+from .kv import Lane, Lanes, Snapshot
 from .ops.base import Backend
 from .plan import Plan
 from .rows import Rows
 from .settings import EngineSettings, SamplingParams
 from .textstream import TextStream
 from .thinking import Splitter
-
-
-@dataclass
-class Snapshot:
-    """A stream stopped between steps: its tokens and, on the host, its state in the cache."""
-    tokens: list[int]
-    prompt_len: int
-    cache: LaneState  # K/V rows of tokens[:-1] and the recurrent state after them
-
-    @property
-    def kv_dtype(self) -> str:
-        return self.cache.kv_dtype
 
 
 @dataclass
@@ -168,9 +156,8 @@ class Scheduler:
             seq.t_start = seq.t_start or time.perf_counter()
             self.cache.reset(lane.index)
             self.active.append(seq)
-            if seq.resume:
-                self._restore(seq)
-            seq.on_event(Started(seq.id, lane.index, seq.prompt_len))
+            reused = self._restore(seq) if seq.resume else 0
+            seq.on_event(Started(seq.id, lane.index, seq.prompt_len, reused))
 
     def _reclaim(self, tokens: int) -> None:
         """Give lane 0 what it lent while idle, for `tokens` positions: pause the youngest borrowers."""
@@ -361,12 +348,14 @@ class Scheduler:
     def _snapshot(self, seq: Sequence) -> Snapshot:
         return Snapshot(list(seq.tokens), seq.prompt_len, self.cache.read(seq.lane, seq.computed))
 
-    def _restore(self, seq: Sequence) -> None:
+    def _restore(self, seq: Sequence) -> int:
         """Put the stream's snapshot into its lane (admission gave it the pages); it goes on from
-        there: a prompt read part-way reads on, a stream at its last token decodes."""
+        there: a prompt read part-way reads on, a stream at its last token decodes. Returns the
+        positions restored."""
         snap, seq.resume = seq.resume, None
         self.cache.write(seq.lane, snap.cache)
         seq.computed = snap.cache.n
         seq.prompt_done = seq.computed >= seq.target
         if seq.prompt_done and not seq.t_first:
             seq.t_first = time.perf_counter()
+        return seq.computed
