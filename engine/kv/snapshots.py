@@ -78,7 +78,8 @@ def token_hash(tokens: list[int]) -> str:
 
 def save(path: Path, snap: Snapshot, fingerprint: str, page_tokens: int) -> int:
     """Write the snapshot atomically (temp file, fsync, rename); returns the file's size. On any
-    error (a full disk) the temp file is removed and an older file at `path` is left as it was."""
+    error (OSError: a full disk) the temp file is removed and an older file at `path` is left as
+    it was."""
     tensors = _tensors(snap)
     meta = {"format": FORMAT, "version": str(VERSION), "fingerprint": fingerprint, "kv_dtype": snap.kv_dtype,
             "page_tokens": str(page_tokens), "n": str(snap.cache.n), "prompt_len": str(snap.prompt_len),
@@ -88,7 +89,10 @@ def save(path: Path, snap: Snapshot, fingerprint: str, page_tokens: int) -> int:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        save_file(tensors, tmp, metadata=meta)
+        try:
+            save_file(tensors, tmp, metadata=meta)
+        except SafetensorError as e:  # its I/O errors (a full disk) are OSErrors to the caller
+            raise OSError(f"{path.name}: {e}") from None
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
