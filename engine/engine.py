@@ -178,7 +178,7 @@ class Runner:
             think = Splitter(opens_inside(self.tokenizer.decode(ids[max(0, prompt_len - 64):prompt_len])))
             think.feed(primed)
         return Sequence(rid, ids, prompt_len, params, guarded(on_event), TextStream(detok, params.stop),
-                        snapshot_at_end, resume, think=think)
+                        snapshot_at_end, resume, cold=resume is None, think=think)
 
 
 def check_messages(messages: object) -> list[dict]:

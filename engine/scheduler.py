@@ -28,6 +28,7 @@ from .events import Event, Failed, Finished, Queued, Started, Token
 from .kv import Lane, Lanes, Snapshot
 from .ops.base import Backend
 from .plan import Plan
+from .prompt_cache import PromptCache
 from .rows import Rows
 from .settings import EngineSettings, SamplingParams
 from .textstream import TextStream
@@ -61,6 +62,7 @@ class Sequence:
     draft: object = None  # the drafter's own per-stream state (engine/drafters)
     stats: DraftStats = field(default_factory=DraftStats)
     arrival: int = 0  # order of `Scheduler.add`: the youngest stream pauses first
+    cold: bool = True  # every position so far computed as a cold run computes it (prompt-cache pages)
 
     @property
     def generated(self) -> int:
@@ -79,6 +81,10 @@ class Scheduler:
         self.s, self.plan, self.model, self.b, self.tok = settings, plan, model, backend, tokenizer
         self.lanes = Lanes(settings.parallel, settings.context, settings.page_tokens, settings.paging, plan.pool_pages)
         self.cache = model.make_cache(backend, plan, kv_store)  # this scheduler's streams' state, and only theirs
+        self.prompt_cache = None
+        if plan.prompt_cache_bytes:
+            self.prompt_cache = PromptCache(plan.prompt_cache_bytes, plan.page_bytes,
+                                            max(settings.prefill_chunk, settings.page_tokens), self.lanes, self.cache)
         self.waiting: deque[Sequence] = deque()
         self.active: list[Sequence] = []
         self.snapshots: dict[int, Snapshot] = {}
@@ -144,20 +150,34 @@ class Scheduler:
             if lane is None:
                 return
             seq = self.waiting.popleft()
+            self.cache.reset(lane.index)
+            cold = seq.cold
+            reused = self._cached(seq, lane)
             end = pausing.next_end(seq, C)
             if lane.index == 0:
                 self._reclaim(end)  # the paused borrowers queue ahead of the others
             if not self.lanes.ensure(lane, end):
                 self.lanes.release(lane)
+                seq.computed, seq.cold = 0, cold
                 self.waiting.appendleft(seq)
                 seq.on_event(Queued(seq.id, 0, "waiting for KV pages (the pool is full)"))
                 return
             seq.lane = lane
             seq.t_start = seq.t_start or time.perf_counter()
-            self.cache.reset(lane.index)
             self.active.append(seq)
-            reused = self._restore(seq) if seq.resume else 0
+            if seq.resume:
+                reused = self._restore(seq)
             seq.on_event(Started(seq.id, lane.index, seq.prompt_len, reused))
+
+    def _cached(self, seq: Sequence, lane: Lane) -> int:
+        """Take what the prompt cache holds of a fresh prompt into its lane; positions reused."""
+        if self.prompt_cache is None or seq.resume is not None or seq.computed or seq.generated:
+            return 0
+        hit = self.prompt_cache.lookup(seq.tokens, self.cache.stateful)
+        if hit is None or not self.prompt_cache.take(lane, hit):
+            return 0
+        seq.computed, seq.cold = hit.n, hit.cold
+        return hit.n
 
     def _reclaim(self, tokens: int) -> None:
         """Give lane 0 what it lent while idle, for `tokens` positions: pause the youngest borrowers."""
@@ -192,6 +212,9 @@ class Scheduler:
         if rows.hidden:
             logits, hidden = logits
             self.verifier.observe(seq, start, hidden)
+        pc = self.prompt_cache
+        if pc is not None and seq.cold and self.cache.stateful and end == (seq.target - 1) // pc.granule * pc.granule:
+            pc.keep_state(seq.tokens[:end], self.cache.read(seq.lane, 0))  # the boundary a repeat needs
         return logits
 
     def _prompt_chunk(self, seq: Sequence) -> bool:
@@ -203,6 +226,8 @@ class Scheduler:
             seq.prompt_done = True
             tok = None if seq.generated else self._choose(logits, [seq])[0]
             seq.t_first = time.perf_counter()  # after the choice: the device has finished the prompt
+            if self.prompt_cache is not None and seq.cold:
+                self.prompt_cache.keep_pages(seq.lane, seq.tokens, seq.target)
             if tok is not None:
                 self._append(seq, tok)
         return True
@@ -272,6 +297,9 @@ class Scheduler:
         if seq in self.active:
             if seq.snapshot_at_end:
                 self.snapshots[seq.id] = self._snapshot(seq)
+            if self.prompt_cache is not None and seq.computed:
+                state = self.cache.read(seq.lane, 0) if self.cache.stateful else None
+                self.prompt_cache.keep_end(seq.lane, seq.tokens, seq.computed, state)
             self.active.remove(seq)
             self.lanes.release(seq.lane)
         elif seq.snapshot_at_end and seq.resume is not None:  # ended while paused

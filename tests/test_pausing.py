@@ -28,15 +28,16 @@ def prompt(i: int, n: int) -> list[int]:
 
 
 def arm(model: str, paging: str, page: int, dtype: str, context: int, parallel: int, pool_pages: int,
-        chunk: int = 64) -> EngineSettings:
-    """Settings whose pool holds exactly `pool_pages` pages."""
+        chunk: int = 64, cache_pages: int = 0) -> EngineSettings:
+    """Settings whose pool holds exactly `pool_pages` pages, `cache_pages` of them for the prompt cache."""
     cfg = runner(model).loaded.config
     page_bytes = page * cfg.kv_bytes_per_token(dtype)
     window = -(-context // page) * page_bytes if paging == "pages" else 0
     state = (2 * parallel + 1) * cfg.state_bytes_per_stream()
     budget = window + state + pool_pages * page_bytes + page_bytes // 2
     return EngineSettings(model=model, backend="numpy", parallel=parallel, context=context, kv_dtype=dtype,
-                          paging=paging, page_tokens=page, prefill_chunk=chunk, memory_gib=budget / GIB)
+                          paging=paging, page_tokens=page, prefill_chunk=chunk, memory_gib=budget / GIB,
+                          prompt_cache_gib=cache_pages * page_bytes / GIB)
 
 
 @lru_cache(maxsize=None)
@@ -54,13 +55,14 @@ def greedy(reply: int) -> SamplingParams:
     return SamplingParams(temperature=0, max_tokens=reply, ignore_eos=True)
 
 
-def drive(model: str, s: EngineSettings, requests: list[tuple[int, int, int]], watch=None):
+def drive(model: str, s: EngineSettings, requests: list[tuple[int, int, int]], watch=None, families: int = 0):
     """Run requests (prompt length, reply length, arrival step) to the end, checking progress on
-    every step; returns (sequences, steps, events, scheduler)."""
+    every step; returns (sequences, steps, events, scheduler). With `families`, prompts share
+    prefixes (prompt i is a prefix of any longer one of the same family i % families)."""
     r = runner(model)
     sched = r.scheduler(s)
     events = []
-    seqs = [r.sequence(i, s, None, greedy(reply), events.append, prompt(i, n))
+    seqs = [r.sequence(i, s, None, greedy(reply), events.append, prompt(i % families if families else i, n))
             for i, (n, reply, _) in enumerate(requests, 1)]
     arrivals = sorted(zip((a for _, _, a in requests), range(len(seqs))))
     work = sum(-(-n // s.prefill_chunk) + reply for n, reply, _ in requests)
@@ -85,8 +87,13 @@ def drive(model: str, s: EngineSettings, requests: list[tuple[int, int, int]], w
 
 def check(model: str, s: EngineSettings, requests, seqs, sched) -> None:
     for seq, (n, reply, _) in zip(seqs, requests):
-        assert tuple(seq.tokens) == solo(model, s.kv_dtype, tuple(prompt(seq.id, n)), reply)
-    assert sched.lanes.pool.used == 0 and not any(lane.busy for lane in sched.lanes.lanes)
+        assert tuple(seq.tokens) == solo(model, s.kv_dtype, tuple(seq.tokens[:n]), reply)
+    assert not any(lane.busy for lane in sched.lanes.lanes)
+    if sched.prompt_cache is not None:  # what stays in use is the cache's alone, within its budget
+        assert sched.lanes.pool.used == sched.prompt_cache.evictable()
+        assert sched.prompt_cache.nbytes <= sched.plan.prompt_cache_bytes
+        sched.prompt_cache.clear()
+    assert sched.lanes.pool.used == 0
 
 
 @st.composite
@@ -101,21 +108,24 @@ def configs(draw):
     pool = draw(st.integers(W, min(most, W + 3 * W // 2)))
     if paging == "pages" and parallel == 1:
         pool = 0
-    s = arm("synthetic:tiny-llama", paging, page, draw(st.sampled_from(["bf16", "fp8"])), context, parallel, pool)
+    cache = draw(st.sampled_from([0, 0, W // 2, 2 * W]))
+    s = arm("synthetic:tiny-llama", paging, page, draw(st.sampled_from(["bf16", "fp8"])), context, parallel, pool,
+            cache_pages=cache)
     n = draw(st.integers(1, 8))
     requests = []
     for _ in range(n):
         reply = draw(st.integers(1, 10))
         length = draw(st.integers(1, context - reply - 1))
         requests.append((length, reply, draw(st.integers(0, 12))))
-    return s, requests
+    return s, requests, draw(st.integers(0, 3))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(configs())
 def test_every_stream_finishes_exactly_under_any_pool(config):
-    s, requests = config
-    seqs, _, _, sched = drive("synthetic:tiny-llama", s, requests)
+    """Prompt families share prefixes; with a prompt cache, hits must still give the solo output."""
+    s, requests, families = config
+    seqs, _, _, sched = drive("synthetic:tiny-llama", s, requests, families=families)
     check("synthetic:tiny-llama", s, requests, seqs, sched)
 
 

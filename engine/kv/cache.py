@@ -192,6 +192,15 @@ class Cache:
         """Whether streams carry recurrent state (a hybrid model)."""
         return bool(self.state)
 
+    def copy_pages(self, src: list[int], dst: list[int]) -> None:
+        """Copy whole pages (every attention layer's K/V bits), on the device."""
+        if not src:
+            return
+        s, d = (self._b.asarray(np.asarray(p, np.int64)) for p in (src, dst))
+        for group in self._kv_arrays():
+            for a in group:
+                a[d] = a[s]
+
     def read(self, lane: Lane, n: int) -> LaneState:
         """Host copies of the lane's first n positions of K/V and of its recurrent slots."""
         rows = self.rows(lane, n)

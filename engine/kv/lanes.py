@@ -4,10 +4,12 @@ Layout of the KV arrays: the windows' pages first (lane i's window is one contig
 pool. Modes: `off` every lane a window; `pages` lane 0 (the engine's own) a window, the rest on the
 pool; `all` every lane on the pool, with one window's worth of pages set aside for lane 0. While
 lane 0 is idle its reserve is lent to the others; the scheduler takes it back by pausing borrowers.
+Pages that only the prompt cache holds (`spare`) count as free: a lane short of pages evicts them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -22,6 +24,16 @@ class Lane:
     busy: bool = False
 
 
+class Spare(Protocol):
+    """Pool pages held by someone who gives them up on demand (the prompt cache)."""
+
+    def evictable(self) -> int:
+        """Pages that `evict` can return to the pool."""
+
+    def evict(self, pages: int) -> None:
+        """Return at least `pages` pages to the pool (least recently used first)."""
+
+
 class Lanes:
     def __init__(self, parallel: int, context: int, page_tokens: int, mode: str, pool_pages: int):
         self.page_tokens, self.mode = page_tokens, mode
@@ -32,6 +44,7 @@ class Lanes:
             lane.pages = list(range(lane.index * self.window_pages, (lane.index + 1) * self.window_pages))
         self.pool = PagePool(windowed * self.window_pages, pool_pages)
         self.reserve = self.window_pages if mode == "all" else 0
+        self.spare: Spare | None = None
 
     @property
     def total_pages(self) -> int:
@@ -48,14 +61,20 @@ class Lanes:
     def available(self, lane: Lane) -> int:
         """Pool pages this lane may still take: others leave a busy lane 0's reserve alone, and
         may borrow it while lane 0 is idle."""
+        return self._free() - self._held_back(lane)
+
+    def _free(self) -> int:
+        return self.pool.free + (self.spare.evictable() if self.spare is not None else 0)
+
+    def _held_back(self, lane: Lane) -> int:
         if lane.index == 0 or not self.lanes[0].busy:
-            return self.pool.free
-        return self.pool.free - max(0, self.reserve - len(self.lanes[0].pages))
+            return 0
+        return max(0, self.reserve - len(self.lanes[0].pages))
 
     def lent(self) -> int:
         """Pages of lane 0's reserve that other lanes hold (borrowed while it was idle)."""
         own = 0 if self.lanes[0].window else len(self.lanes[0].pages)
-        return max(0, self.reserve - own - self.pool.free)
+        return max(0, self.reserve - own - self._free())
 
     def pages_for(self, tokens: int) -> int:
         return -(-tokens // self.page_tokens)
@@ -79,8 +98,17 @@ class Lanes:
             return True
         if need > self.available(lane):
             return False
+        short = need + self._held_back(lane) - self.pool.free
+        if short > 0:
+            self.spare.evict(short)
         lane.pages.extend(self.pool.alloc() for _ in range(need))
         return True
+
+    def alloc(self) -> int | None:
+        """One pool page outside any lane (a copy for the prompt cache), evicting if need be."""
+        if not self.pool.free and self.spare is not None and self.spare.evictable():
+            self.spare.evict(1)
+        return self.pool.alloc()
 
     def release(self, lane: Lane) -> None:
         if not lane.window:
