@@ -297,6 +297,9 @@ def parser() -> argparse.ArgumentParser:
     gt.add_argument("--context", type=whole(16, MAX_CONTEXT), default=1024)
     gt.add_argument("--quick", action="store_true", help="fewer arms (tests)")
     add_drafter(gt, ("all", "none", "ngram", "mtp", "oracle"), "all", 3)
+    gt.add_argument("--offsets", type=whole_list(1, MAX_CONTEXT), metavar="N,N,...",
+                    help="long prompts ending at these positions (e.g. 4796,8192,8292,8448 with --context "
+                         "16384), each with a follow-up turn: only the resume and prompt-cache rows")
     gt.set_defaults(fn=cmd_gates)
 
     b = sub.add_parser("bench", help="prompt and decode throughput, with the memory roofline")
