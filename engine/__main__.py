@@ -1,5 +1,5 @@
 """The headless face of the engine: python -m engine
-generate|logits|plan|gates|bench|bench-start|write-synthetic|serve|bench-serve|fetch-default|doctor.
+generate|logits|plan|gates|bench|bench-resume|bench-start|write-synthetic|serve|bench-serve|fetch-default|doctor.
 
 Every argument is checked by its argparse type, so bad input is one line `error: ...` and exit code 2
 before any work, like every other refusal.
@@ -243,6 +243,11 @@ def cmd_write_synthetic(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_resume(a: argparse.Namespace) -> int:
+    from .bench_resume import main as bench_resume_main
+    return bench_resume_main(a)
+
+
 def cmd_serve(a: argparse.Namespace) -> int:
     from .server.serve import serve
     s = settings_from(a)
@@ -326,6 +331,16 @@ def parser() -> argparse.ArgumentParser:
     ws.add_argument("name", help="a synthetic shape (engine/synthetic.py), e.g. qwen3.5-27b")
     ws.add_argument("folder", type=Path)
     ws.set_defaults(fn=cmd_write_synthetic)
+
+    br = sub.add_parser("bench-resume", help="time to first token of a follow-up turn: cold, prompt-cache hit, "
+                                             "restored from a snapshot file")
+    add_model(br)
+    add_kv(br, parallel=1, context=32768)
+    br.set_defaults(prompt_cache_gib=4.0)
+    br.add_argument("--synthetic", help="random weights of a real model's shapes (see engine/synthetic.py)")
+    br.add_argument("--history", type=whole_list(1, MAX_CONTEXT), default=[8192, 16384],
+                    help="history lengths before the follow-up turn")
+    br.set_defaults(fn=cmd_bench_resume)
 
     sv = sub.add_parser("serve", help="the OpenAI-compatible HTTP API (chat completions, completions, models)")
     add_model(sv)
