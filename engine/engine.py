@@ -44,6 +44,7 @@ class EngineInfo:
     thinking: bool | None = None
     unified: bool = False  # the model's memory is the desktop's (a GB10, or the CPU backend's host RAM)
     timings: tuple[tuple[str, float], ...] = ()  # seconds per start stage (Runner.timings + kv), in order
+    fingerprint: str = ""  # what this engine's KV snapshot files carry (engine.fingerprint)
 
 
 @dataclass(frozen=True)
@@ -317,7 +318,7 @@ class Engine:
         self.info = EngineInfo(lm.name, b.name, b.device, sched.plan.line, sched.plan.pages_total,
                                self.settings.context, self.settings.parallel, sched.plan,
                                self._thinking_default(), bool(b.unified_memory) or b.name == "numpy",
-                               tuple(self.runner.timings.items()))
+                               tuple(self.runner.timings.items()), self.runner.fingerprint)
         self.log(sched.plan.line)
         if progress:
             progress("ready", 1.0)

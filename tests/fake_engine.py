@@ -20,8 +20,9 @@ class Sink:
     def on_queued(self, ahead, reason):
         self.calls.append(("queued", ahead, reason))
 
-    def on_started(self, prompt_tokens):
+    def on_started(self, prompt_tokens, reused=0):
         self.calls.append(("started", prompt_tokens))
+        self.reused = reused
 
     def on_text(self, text, tokens):
         self.calls.append(("text", text, tokens))
@@ -79,7 +80,7 @@ class FakeEngine:
     def cancel_start(self):
         self.start_cancelled.set()
 
-    def submit(self, messages, sampling=None, on_event=None, thinking=None):
+    def submit(self, messages, sampling=None, on_event=None, thinking=None, resume=None, snapshot_at_end=False):
         if self.refuse:
             raise RequestError(self.refuse)
         self.next_id += 1
