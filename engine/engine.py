@@ -245,10 +245,15 @@ class Engine:
             self._cancel.set()
 
     def shutdown(self) -> None:
+        """Stop the engine thread; snapshot files being written are finished first."""
         self.cancel_start()  # a load in progress stops early
         if self._thread and self._thread.is_alive():
             self._inbox.put(("stop",))
             self._thread.join()
+        if self._writer is not None:
+            self._writer.put(None)
+            self._writer_thread.join()
+            self._writer = None
 
     # --- requests (any thread) ------------------------------------------------------------
     def submit(self, messages: list[dict] | None, sampling: SamplingParams | None = None,
@@ -389,8 +394,9 @@ class Engine:
             return guarded(done)("no snapshot")
         if self._writer is None:
             self._writer = queue.Queue()
-            threading.Thread(target=write_snapshots, args=(self._writer, self.log), name="lanechat-snapshots",
-                             daemon=True).start()
+            self._writer_thread = threading.Thread(target=write_snapshots, args=(self._writer, self.log),
+                                                   name="lanechat-snapshots", daemon=True)
+            self._writer_thread.start()
         self._writer.put((snap, path, budget, self.runner.fingerprint, self.settings.page_tokens, done))
 
     def _loop(self, sched: Scheduler) -> None:
@@ -427,9 +433,10 @@ class Engine:
 
 
 def write_snapshots(jobs: queue.Queue, log: Callable[[str], None]) -> None:
-    """The snapshot writer's thread: files are written here, never on the engine or GUI thread."""
-    while True:
-        snap, path, budget, fp, page_tokens, done = jobs.get()
+    """The snapshot writer's thread: files are written here, never on the engine or GUI thread.
+    A None job ends it (the engine shut down)."""
+    while (job := jobs.get()) is not None:
+        snap, path, budget, fp, page_tokens, done = job
         try:
             if budget <= 0:
                 raise OSError("the snapshot budget is 0")

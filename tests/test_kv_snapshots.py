@@ -122,8 +122,10 @@ def test_prune_removes_the_oldest_past_the_budget(tmp_path):
     for i, name in enumerate(["a.kv", "b.kv", "c.kv"]):
         (tmp_path / name).write_bytes(b"x" * 100)
         os.utime(tmp_path / name, (1000 + i, 1000 + i))
+    (tmp_path / ".c.kv.x1y2.tmp").write_bytes(b"half")  # a write a kill cut short
     removed = snapshots.prune(tmp_path, 250, keep=tmp_path / "a.kv")
-    assert [p.name for p in removed] == ["b.kv"] and sorted(p.name for p in tmp_path.iterdir()) == ["a.kv", "c.kv"]
+    assert sorted(p.name for p in removed) == [".c.kv.x1y2.tmp", "b.kv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.kv", "c.kv"]
 
 
 def test_the_engine_resumes_a_conversation_across_a_restart(tmp_path):

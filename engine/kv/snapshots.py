@@ -142,10 +142,14 @@ def _count(tensors: dict, prefix: str) -> int:
 
 def prune(folder: Path, budget_bytes: int, keep: Path | None = None) -> list[Path]:
     """Remove the oldest snapshot files (by modification time) until the folder's files fit the
-    budget; `keep` (the one just written) stays. Returns what was removed."""
+    budget; `keep` (the one just written) stays. Temp files a killed write left go too (the one
+    writer calls this between its writes). Returns what was removed."""
+    removed = []
+    for tmp in folder.glob(".*.kv.*.tmp"):
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
     files = sorted((p for p in folder.glob("*.kv") if p.is_file()), key=lambda p: p.stat().st_mtime)
     total = sum(p.stat().st_size for p in files)
-    removed = []
     for p in files:
         if total <= budget_bytes:
             break
