@@ -95,22 +95,23 @@ def test_foreign_files_are_refused(saved, tmp_path):
 
 def test_a_failed_write_leaves_the_old_file_whole(saved):
     """A file-size limit stands for a full disk: the write fails, the old snapshot still loads."""
-    path, snap = saved
+    path, _ = saved
     before = path.read_bytes()
     code = f"""
-import pickle, resource, signal, sys
+import resource, signal, sys
 from pathlib import Path
+import numpy as np
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
-from engine.kv import snapshots
-snap = pickle.loads(sys.stdin.buffer.read())
+from engine.kv import LaneState, Snapshot, snapshots
+rows = np.ones((64, 2, 16), np.uint16)
+snap = Snapshot(list(range(65)), 60, LaneState(64, "bf16", [(rows, rows)], []))
 try:
     snapshots.save(Path({str(path)!r}), snap, "f", 16)
 except OSError:
     sys.exit(3)
 """
-    import pickle
-    done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(snap), capture_output=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True)
     assert done.returncode == 3, done.stderr.decode()
     assert path.read_bytes() == before
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left
