@@ -277,9 +277,8 @@ class EngineBridge(QObject):
         assert self._engine is not None
         on_event = functools.partial(self._on_event, self._generation)
         keep = self.settings is not None and self.settings.snapshot_disk_gib > 0
-        base, info = ticket.snapshot_base, self._engine.info
-        if base is not None and info is not None:
-            ticket.snapshot = base.with_name(f"{base.name}.{info.fingerprint}.kv")
+        if ticket.snapshot_base is not None and keep:
+            ticket.snapshot = self._engine.snapshot_file(ticket.snapshot_base)
         try:
             rid = self._engine.submit(ticket.messages, ticket.sampling, on_event=on_event, thinking=ticket.thinking,
                                       resume=ticket.snapshot if keep else None,

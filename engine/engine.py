@@ -288,6 +288,11 @@ class Engine:
     def usage(self) -> Usage:
         return self._usage
 
+    def snapshot_file(self, base: Path) -> Path:
+        """`<base>.<model fingerprint>.kv`: a conversation's snapshot file for this model and
+        backend (another model's file is never taken for this one's)."""
+        return base.with_name(f"{base.name}.{self.info.fingerprint}.kv")
+
     def save_snapshot(self, rid: int, path: Path, budget_bytes: int,
                       done: Callable[[str | None], None] = lambda error: None) -> None:
         """Write the snapshot a finished `snapshot_at_end` request left to `path` (atomically, off

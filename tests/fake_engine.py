@@ -53,6 +53,7 @@ class FakeEngine:
         self.next_id = 0
         self.threads = []
         self.callbacks = {}
+        self.saved = []  # (request id, path) of every save_snapshot
         self.release = threading.Event()  # start() loads until this is set
         if not hold:
             self.release.set()
@@ -79,6 +80,13 @@ class FakeEngine:
 
     def cancel_start(self):
         self.start_cancelled.set()
+
+    def snapshot_file(self, base):
+        return base.with_name(base.name + ".fake.kv")
+
+    def save_snapshot(self, rid, path, budget_bytes, done=lambda error: None):
+        self.saved.append((rid, path))
+        done("no snapshot")  # a fake engine keeps no K/V
 
     def submit(self, messages, sampling=None, on_event=None, thinking=None, resume=None, snapshot_at_end=False):
         if self.refuse:
