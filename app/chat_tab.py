@@ -67,15 +67,20 @@ class Reply:
         self.widget.set_status(f"{reason} ({ahead} ahead)…" if ahead else f"{reason}…")
         self.tab.set_state(WAITING)
 
-    def on_started(self, prompt_tokens: int) -> None:
+    def on_started(self, prompt_tokens: int, reused: int = 0) -> None:
         info = self.tab.bridge.info
         if info is not None:
             self.tab.conversation.model = info.model_name
         self._t0 = time.monotonic()
         self.message.prompt_tokens = prompt_tokens or None
         # A remote engine says how long the prompt was only at the end.
-        self.widget.set_status(f"Reading the conversation ({prompt_tokens} tokens)…" if prompt_tokens
-                               else "Reading the conversation…")
+        if reused:
+            self.widget.set_status(f"Resumed from snapshot ({reused} tokens); reading "
+                                   f"{prompt_tokens - reused} new…")
+        elif prompt_tokens:
+            self.widget.set_status(f"Reading the conversation (recomputing {prompt_tokens} tokens)…")
+        else:
+            self.widget.set_status("Reading the conversation…")
         self.tab.set_state(GENERATING)
 
     def on_reasoning(self, text: str, tokens: int) -> None:
@@ -393,7 +398,8 @@ class ChatTab(QWidget):
     def _submit(self, reply: Reply, history: list[dict[str, str]]) -> None:
         sampling = reply_sampling(self.bridge.settings.sampling) if self.bridge.settings is not None else None
         try:
-            reply.ticket = self.bridge.submit(history, sampling, reply, thinking=self.conversation.thinking)
+            reply.ticket = self.bridge.submit(history, sampling, reply, thinking=self.conversation.thinking,
+                                              snapshot=self.store.snapshot_base(self.conversation.id))
         except LanechatError as e:
             reply.on_failed(str(e))
             return

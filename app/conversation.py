@@ -12,9 +12,9 @@ The messages form a tree: each has an id (an int, unique in the file, newer ones
 parent's id (null for a first message); regenerating or editing adds a sibling and keeps the old
 one in `branches` (see app/branches.py). Version 1 had no ids and no branches: its messages read
 as one branch, numbered in order.
-`snapshot` is null until KV snapshots exist; then it names a sidecar next to the JSON file
-(see ConversationStore.snapshot_path) and the token count and settings it was taken with, so a
-resumed conversation can skip recomputing its prompt.
+`snapshot` stays null: a conversation's KV snapshots are files of their own,
+`<data dir>/snapshots/<id>.<model fingerprint>.kv` (ConversationStore.snapshot_files), and the
+engine checks one against the conversation as it now is before it continues from it.
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Protocol
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -54,7 +55,7 @@ class RequestSink(Protocol):
     """Where one request's progress goes; every method is called on the GUI thread."""
 
     def on_queued(self, ahead: int, reason: str) -> None: ...
-    def on_started(self, prompt_tokens: int) -> None: ...
+    def on_started(self, prompt_tokens: int, reused: int = 0) -> None: ...  # reused: restored, not computed
     def on_text(self, text: str, tokens: int) -> None: ...  # new text since the last call, tokens so far
     def on_reasoning(self, text: str, tokens: int) -> None: ...  # the same for a thinking model's block
     def on_finished(self, event: Finished) -> None: ...
@@ -76,6 +77,8 @@ class Ticket:
     phase: str = SENT
     reason: str = ""  # why it waits
     ahead: int = 0  # requests ahead of it, as last told to its sink
+    snapshot_base: Path | None = None  # the conversation's KV snapshot path, without its ending
+    snapshot: Path | None = None  # ... and with it, once the engine that runs it is known
 
 
 class EngineBridge(QObject):
@@ -239,10 +242,14 @@ class EngineBridge(QObject):
     # --- requests --------------------------------------------------------------------------
 
     def submit(self, messages: list[dict[str, str]], sampling: SamplingParams | None,
-               sink: RequestSink, thinking: bool | None = None) -> Ticket:
+               sink: RequestSink, thinking: bool | None = None, snapshot: Path | None = None) -> Ticket:
         """Send a chat; raises LanechatError (RequestError...) if the engine refuses it outright.
-        An unloaded model is loaded again first (the reply says so, with the progress)."""
-        ticket = Ticket(messages, sampling, sink, thinking)
+        An unloaded model is loaded again first (the reply says so, with the progress).
+
+        `snapshot`: the conversation's snapshot path without its ending; the engine goes on from
+        `<snapshot>.<model fingerprint>.kv` when it continues this chat, and writes it again after
+        the reply (off the GUI thread) while the settings' snapshot budget is above 0."""
+        ticket = Ticket(messages, sampling, sink, thinking, snapshot_base=snapshot)
         self.last_active = time.monotonic()
         if self.state == "unloaded" and self.settings is not None:
             ticket.phase, ticket.reason = WAITING, "loading the model again (it was unloaded while idle)"
@@ -269,8 +276,13 @@ class EngineBridge(QObject):
     def _submit(self, ticket: Ticket, deliver_errors: bool = True) -> None:
         assert self._engine is not None
         on_event = functools.partial(self._on_event, self._generation)
+        keep = self.settings is not None and self.settings.snapshot_disk_gib > 0
+        if ticket.snapshot_base is not None and keep:
+            ticket.snapshot = self._engine.snapshot_file(ticket.snapshot_base)
         try:
-            rid = self._engine.submit(ticket.messages, ticket.sampling, on_event=on_event, thinking=ticket.thinking)
+            rid = self._engine.submit(ticket.messages, ticket.sampling, on_event=on_event, thinking=ticket.thinking,
+                                      resume=ticket.snapshot if keep else None,
+                                      snapshot_at_end=keep and ticket.snapshot is not None)
         except LanechatError as e:
             ticket.done = True
             if not deliver_errors:
@@ -343,11 +355,12 @@ class EngineBridge(QObject):
                 deliver(ticket.sink.on_queued, ticket.ahead, ev.reason)
             elif isinstance(ev, Started):
                 ticket.phase = READING
-                deliver(ticket.sink.on_started, ev.prompt_tokens)
+                deliver(ticket.sink.on_started, ev.prompt_tokens, ev.reused)
             elif isinstance(ev, (Finished, Failed)):
                 ticket.done = True
                 del self._tickets[ticket.key]
                 if isinstance(ev, Finished):
+                    self._save_snapshot(ticket, ev)
                     deliver(ticket.sink.on_finished, ev)
                 elif isinstance(ev.refusal, ContextLengthError):
                     deliver(ticket.sink.on_failed, ev.message, True)
@@ -377,6 +390,17 @@ class EngineBridge(QObject):
                 if ahead != ticket.ahead:
                     ticket.ahead = ahead
                     deliver(ticket.sink.on_queued, ahead, ticket.reason)
+
+    def _save_snapshot(self, ticket: Ticket, ev: Finished) -> None:
+        """The finished reply's KV state to its file, on the engine's writer thread."""
+        if (ticket.snapshot is None or self._engine is None or self.settings is None
+                or ev.reason not in ("eos", "stop", "length", "cancelled")):
+            return
+        budget = int(self.settings.snapshot_disk_gib * (1 << 30))
+        if budget > 0:
+            name = ticket.snapshot.name
+            self._engine.save_snapshot(ticket.key[1], ticket.snapshot, budget,
+                                       lambda error: error and log.warning("snapshot %s not written: %s", name, error))
 
     @staticmethod
     def _flush(ticket: Ticket, reasoning: list[str] | None, parts: list[str] | None) -> None:

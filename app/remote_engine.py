@@ -13,6 +13,7 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
@@ -176,7 +177,8 @@ class RemoteEngine:
         return len(self._tasks)
 
     def submit(self, messages: list[dict[str, str]], sampling: SamplingParams | None, sink,
-               thinking: bool | None = None) -> Ticket:
+               thinking: bool | None = None, snapshot: Path | None = None) -> Ticket:
+        """As EngineBridge.submit; `snapshot` has no use here (a remote server keeps its own state)."""
         if not self.config.model:
             raise RemoteError(f"No model is chosen for {self.config.label}: pick one in Engines and server…")
         ticket = Ticket(messages, sampling, sink, thinking)

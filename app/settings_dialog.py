@@ -7,6 +7,7 @@ model); one the user sets stays theirs until "Use the model's values".
 from __future__ import annotations
 
 import copy
+from typing import Callable
 
 from PySide6.QtCore import QSignalBlocker, Qt, QTimer
 from PySide6.QtWidgets import (
@@ -68,9 +69,11 @@ def _dspin(lo: float, hi: float, value: float, step: float, decimals: int = 2, s
 
 class SettingsDialog(QDialog):
     def __init__(self, settings: EngineSettings, busy: int = 0, chosen: set[str] | None = None,
-                 parent: QWidget | None = None, idle: int | None = None, unified: bool | None = None) -> None:
+                 parent: QWidget | None = None, idle: int | None = None, unified: bool | None = None,
+                 clear_snapshots: Callable[[], int] | None = None) -> None:
         """`chosen`: the sampling fields the user set (the rest follow the model); None: all of them.
-        `idle`: the unload-when-idle choice (app.idle_unload); `unified`: the running engine's memory kind."""
+        `idle`: the unload-when-idle choice (app.idle_unload); `unified`: the running engine's memory kind.
+        `clear_snapshots`: removes the saved KV snapshots, returns how many (the "Clear" button)."""
         super().__init__(parent, windowTitle="Settings")
         self._base = settings
         self.chosen = set(MODEL_SAMPLING) if chosen is None else set(chosen)
@@ -127,6 +130,21 @@ class SettingsDialog(QDialog):
         self.idle = _combo([(c, idle_unload.describe(c, unified)) for c in idle_unload.CHOICES], idle)
         self.idle.setToolTip("Give the model's memory back when no message came for a while; "
                              "the next message loads it again")
+        self.prompt_cache = _dspin(0, 4096, s.prompt_cache_gib, 0.5, special="Off")
+        self.prompt_cache.setSuffix(" GiB")
+        self.prompt_cache.setToolTip("Pool pages kept so a prompt that repeats a prefix skips it (part of the "
+                                     "memory budget; needs paging)")
+        self.snapshot_disk = _dspin(0, 1 << 16, s.snapshot_disk_gib, 1, special="Off")
+        self.snapshot_disk.setSuffix(" GiB")
+        self.snapshot_disk.setToolTip("KV snapshots on disk: a reopened conversation continues without "
+                                      "reading its history again (oldest removed first)")
+        self.clear_button = QPushButton("Clear", toolTip="Remove every saved KV snapshot")
+        self.clear_button.setEnabled(clear_snapshots is not None)
+        self._clear_snapshots = clear_snapshots
+        self.clear_button.clicked.connect(self._clear)
+        snapshot_row = QHBoxLayout()
+        snapshot_row.addWidget(self.snapshot_disk, 1)
+        snapshot_row.addWidget(self.clear_button)
         engine_box = QGroupBox("Engine")
         ef = QFormLayout(engine_box)
         ef.addRow("Backend", self.backend)
@@ -139,6 +157,8 @@ class SettingsDialog(QDialog):
         ef.addRow("Drafter", self.drafter)
         ef.addRow("Drafts", self.draft_tokens)
         ef.addRow("Idle unload", self.idle)
+        ef.addRow("Prompt cache", self.prompt_cache)
+        ef.addRow("Snapshots on disk", snapshot_row)
 
         # Sampling
         self.temperature = _dspin(0, 2, sp.temperature, 0.05, special="0 (greedy)")
@@ -198,8 +218,8 @@ class SettingsDialog(QDialog):
         self._model_ok = False
         for w in (self.backend, self.kv_dtype, self.paging, self.page_tokens, self.drafter):
             w.currentIndexChanged.connect(self._changed)
-        for w in (self.parallel, self.context, self.memory, self.draft_tokens, self.temperature, self.top_p, self.top_k,
-                  self.max_tokens, self.seed):
+        for w in (self.parallel, self.context, self.memory, self.draft_tokens, self.prompt_cache, self.snapshot_disk,
+                  self.temperature, self.top_p, self.top_k, self.max_tokens, self.seed):
             w.valueChanged.connect(self._changed)
         self.memory_auto.toggled.connect(self._changed)
         for name, w in self._sampling_boxes().items():
@@ -222,6 +242,8 @@ class SettingsDialog(QDialog):
         s.memory_gib = None if self.memory_auto.isChecked() else self.memory.value()
         s.drafter = self.drafter.currentData()
         s.draft_tokens = self.draft_tokens.value()
+        s.prompt_cache_gib = round(self.prompt_cache.value(), 2)
+        s.snapshot_disk_gib = round(self.snapshot_disk.value(), 2)
         sp = s.sampling
         sp.temperature = round(self.temperature.value(), 4)
         sp.top_p = round(self.top_p.value(), 4)
@@ -323,6 +345,11 @@ class SettingsDialog(QDialog):
         self.refresh()
         if self.fits:
             self.accept()
+
+    def _clear(self) -> None:
+        n = self._clear_snapshots()
+        self.clear_button.setText(f"Cleared ({n})")
+        self.clear_button.setEnabled(False)
 
     def _pick_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose a model file", self.model.text(),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 from engine import jsonfile
@@ -36,9 +35,25 @@ class ConversationStore:
             raise FormatError(f"bad conversation id {cid!r}")
         return self.root / f"{cid}.json"
 
-    def snapshot_path(self, cid: str) -> Path:
-        """Where a conversation's KV snapshot lives (a sidecar; removed with the conversation)."""
-        return self.path(cid).with_suffix(".kv")
+    @property
+    def snapshot_dir(self) -> Path:
+        """KV snapshots, beside the conversations: `<conversation id>.<model fingerprint>.kv`."""
+        return self.root.parent / "snapshots"
+
+    def snapshot_base(self, cid: str) -> Path:
+        """A conversation's snapshot path without its `.<fingerprint>.kv` ending."""
+        self.path(cid)  # the id check
+        return self.snapshot_dir / cid
+
+    def snapshot_files(self, cid: str) -> list[Path]:
+        return sorted(self.snapshot_dir.glob(f"{self.snapshot_base(cid).name}.*.kv"))
+
+    def clear_snapshots(self) -> int:
+        """Remove every KV snapshot file; returns how many there were."""
+        files = list(self.snapshot_dir.glob("*.kv")) if self.snapshot_dir.is_dir() else []
+        for f in files:
+            f.unlink(missing_ok=True)
+        return len(files)
 
     def save(self, conv: Conversation) -> None:
         write_json_atomic(self.path(conv.id), conv.to_dict())
@@ -63,10 +78,7 @@ class ConversationStore:
 
     def delete(self, cid: str) -> None:
         self.path(cid).unlink(missing_ok=True)
-        snap = self.snapshot_path(cid)
-        if snap.is_dir():
-            shutil.rmtree(snap)
-        else:
+        for snap in self.snapshot_files(cid):
             snap.unlink(missing_ok=True)
 
     def export_markdown(self, conv: Conversation, dest: Path) -> None:

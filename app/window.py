@@ -415,7 +415,8 @@ class MainWindow(QMainWindow):
     def open_settings(self) -> None:
         info = self.bridge.info
         dialog = SettingsDialog(self.settings, busy=self.bridge.busy, chosen=self.chosen, parent=self,
-                                idle=self.idle.choice, unified=info.unified if info is not None else None)
+                                idle=self.idle.choice, unified=info.unified if info is not None else None,
+                                clear_snapshots=self.store.clear_snapshots)
         if dialog.exec():
             self.idle.set_choice(dialog.idle_choice())
             asyncio.ensure_future(self.apply_settings(dialog.settings(), dialog.chosen_sampling()))

@@ -4,6 +4,7 @@ from .engine import Engine, EngineInfo, Usage
 from .errors import (
     BackendError,
     ContextLengthError,
+    DeviceLostError,
     LanechatError,
     ModelError,
     PlanError,
@@ -11,9 +12,9 @@ from .errors import (
     StartCancelledError,
 )
 from .events import Event, Failed, Finished, Queued, Started, Token
+from .kv import Snapshot
 from .memory import IDLE_UNLOAD_MINUTES, unload_when_idle
 from .plan import Plan, plan
-from .scheduler import Snapshot
 from .settings import EngineSettings, SamplingParams
 
 
@@ -51,8 +52,8 @@ def describe_model(path: str | None) -> str:
 
 __all__ = [
     "hub", "installed", "jsonfile", "paths", "Engine", "EngineInfo", "Usage", "BackendError", "ContextLengthError",
-    "LanechatError", "ModelError", "PlanError", "RequestError", "StartCancelledError", "IDLE_UNLOAD_MINUTES",
-    "unload_when_idle", "Event", "Failed", "Finished", "Queued", "Started", "Token", "Plan",
+    "DeviceLostError", "LanechatError", "ModelError", "PlanError", "RequestError", "StartCancelledError",
+    "IDLE_UNLOAD_MINUTES", "unload_when_idle", "Event", "Failed", "Finished", "Queued", "Started", "Token", "Plan",
     "plan", "Snapshot", "EngineSettings", "SamplingParams", "default_model_path", "describe_model", "fetch_default",
     "default_model_download_size", "model_sampling_defaults",
 ]

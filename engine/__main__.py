@@ -1,5 +1,5 @@
 """The headless face of the engine: python -m engine
-generate|logits|plan|gates|bench|bench-start|write-synthetic|serve|bench-serve|fetch-default|doctor.
+generate|logits|plan|gates|bench|bench-resume|bench-start|write-synthetic|serve|bench-serve|fetch-default|doctor.
 
 Every argument is checked by its argparse type, so bad input is one line `error: ...` and exit code 2
 before any work, like every other refusal.
@@ -124,6 +124,8 @@ def add_kv(p: argparse.ArgumentParser, parallel: int = 1, context: int = 4096,
     p.add_argument("--memory-gib", type=number(0, MAX_MEMORY_GIB, open_low=True),
                    help="KV memory budget (default: a safe share of free memory)")
     p.add_argument("--prefill-chunk", type=power_of_two(1, MAX_PREFILL_CHUNK), default=128)
+    p.add_argument("--prompt-cache-gib", type=number(0, MAX_MEMORY_GIB), default=0.0,
+                   help="pool pages the prompt cache may keep for reuse (part of the KV budget; 0 = off)")
     add_drafter(p, drafters)
 
 
@@ -140,7 +142,7 @@ def settings_from(a: argparse.Namespace) -> EngineSettings:
     s = EngineSettings(model=getattr(a, "model", None), backend=getattr(a, "backend", "auto"), parallel=a.parallel,
                        context=a.context, kv_dtype=a.kv_dtype, paging=paging, page_tokens=a.kv_pages or 256,
                        memory_gib=a.memory_gib, prefill_chunk=a.prefill_chunk, drafter=a.drafter,
-                       draft_tokens=a.draft_tokens)
+                       draft_tokens=a.draft_tokens, prompt_cache_gib=a.prompt_cache_gib)
     return s.validate()
 
 
@@ -241,6 +243,11 @@ def cmd_write_synthetic(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_resume(a: argparse.Namespace) -> int:
+    from .bench_resume import main as bench_resume_main
+    return bench_resume_main(a)
+
+
 def cmd_serve(a: argparse.Namespace) -> int:
     from .server.serve import serve
     s = settings_from(a)
@@ -295,6 +302,9 @@ def parser() -> argparse.ArgumentParser:
     gt.add_argument("--context", type=whole(16, MAX_CONTEXT), default=1024)
     gt.add_argument("--quick", action="store_true", help="fewer arms (tests)")
     add_drafter(gt, ("all", "none", "ngram", "mtp", "oracle"), "all", 3)
+    gt.add_argument("--offsets", type=whole_list(1, MAX_CONTEXT), metavar="N,N,...",
+                    help="long prompts ending at these positions (e.g. 4796,8192,8292,8448 with --context "
+                         "16384), each with a follow-up turn: only the resume and prompt-cache rows")
     gt.set_defaults(fn=cmd_gates)
 
     b = sub.add_parser("bench", help="prompt and decode throughput, with the memory roofline")
@@ -321,6 +331,16 @@ def parser() -> argparse.ArgumentParser:
     ws.add_argument("name", help="a synthetic shape (engine/synthetic.py), e.g. qwen3.5-27b")
     ws.add_argument("folder", type=Path)
     ws.set_defaults(fn=cmd_write_synthetic)
+
+    br = sub.add_parser("bench-resume", help="time to first token of a follow-up turn: cold, prompt-cache hit, "
+                                             "restored from a snapshot file")
+    add_model(br)
+    add_kv(br, parallel=1, context=32768)
+    br.set_defaults(prompt_cache_gib=4.0)
+    br.add_argument("--synthetic", help="random weights of a real model's shapes (see engine/synthetic.py)")
+    br.add_argument("--history", type=whole_list(1, MAX_CONTEXT), default=[8192, 16384],
+                    help="history lengths before the follow-up turn")
+    br.set_defaults(fn=cmd_bench_resume)
 
     sv = sub.add_parser("serve", help="the OpenAI-compatible HTTP API (chat completions, completions, models)")
     add_model(sv)

@@ -4,16 +4,20 @@
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import queue
 import threading
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
-from .errors import ContextLengthError, LanechatError, RequestError, StartCancelledError
+from .errors import ContextLengthError, DeviceLostError, LanechatError, RequestError, StartCancelledError
 from .events import Event, Failed, Finished
+from .fingerprint import fingerprint
+from .kv import snapshots
 from .models import build
 from .ops.base import Backend
 from .plan import Plan, make_plan
@@ -40,6 +44,7 @@ class EngineInfo:
     thinking: bool | None = None
     unified: bool = False  # the model's memory is the desktop's (a GB10, or the CPU backend's host RAM)
     timings: tuple[tuple[str, float], ...] = ()  # seconds per start stage (Runner.timings + kv), in order
+    fingerprint: str = ""  # what this engine's KV snapshot files carry (engine.fingerprint)
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,11 @@ class Runner:
         self.model = build(loaded, backend, progress)
         backend.synchronize()
 
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """What a KV snapshot of this model on this backend carries (engine.fingerprint)."""
+        return fingerprint(self.loaded, self.backend.name)
+
     def plan(self, settings: EngineSettings) -> Plan:
         # Weights are already in memory: the budget is a share of what is free now.
         cfg = self.loaded.config
@@ -126,16 +136,21 @@ class Runner:
                  thinking: bool | None = None) -> Sequence:
         """Tokenize and check a request before any work; RequestError when it cannot run.
         `thinking` is the chat template's enable_thinking (None: the template's default); a chat of
-        a thinking model gets its reply split into reasoning and content."""
+        a thinking model gets its reply split into reasoning and content.
+
+        With `resume` alone the stream goes on from the snapshot's tokens; with `resume` and a
+        prompt, from the snapshot's state if it covers a prefix of the prompt (only the rest is
+        computed), else from scratch."""
         params = (sampling or settings.sampling).validate()
         if thinking is not None and not isinstance(thinking, bool):
             raise RequestError("thinking must be true, false or left out")
+        if resume is not None and resume.kv_dtype != settings.kv_dtype:
+            raise RequestError(f"snapshot holds {resume.kv_dtype} KV, the engine runs {settings.kv_dtype}")
         think = None
-        if resume is not None:
+        prompted = messages is not None or prompt_ids is not None
+        if resume is not None and not prompted:
             ids = list(resume.tokens)
             prompt_len = resume.prompt_len
-            if resume.kv_dtype != settings.kv_dtype:
-                raise RequestError(f"snapshot holds {resume.kv_dtype} KV, the engine runs {settings.kv_dtype}")
         elif prompt_ids is not None:
             if not isinstance(prompt_ids, (list, tuple)) or not all(
                     isinstance(t, int) and not isinstance(t, bool) for t in prompt_ids):
@@ -155,14 +170,16 @@ class Runner:
                                      "tokens; shorten the conversation or raise the context in settings")
         if max(ids) >= self.loaded.config.vocab or min(ids) < 0:
             raise RequestError(f"token id out of the model's vocabulary (0..{self.loaded.config.vocab - 1})")
+        if resume is not None and prompted and not resume.continues(ids):
+            resume = None  # an edit, a regenerate or another branch: recompute
         detok = self.tokenizer.stream()
         primed = "".join(detok.push(t) for t in ids[prompt_len:])  # a resumed stream's text so far
-        if resume is not None and self.tokenizer.thinks:
+        if resume is not None and not prompted and self.tokenizer.thinks:
             # the prompt's end says whether the reply began inside a think block; its text so far says where it is
             think = Splitter(opens_inside(self.tokenizer.decode(ids[max(0, prompt_len - 64):prompt_len])))
             think.feed(primed)
         return Sequence(rid, ids, prompt_len, params, guarded(on_event), TextStream(detok, params.stop),
-                        snapshot_at_end, resume, think=think)
+                        snapshot_at_end, resume, cold=resume is None, think=think)
 
 
 def check_messages(messages: object) -> list[dict]:
@@ -204,6 +221,11 @@ class Engine:
         self._usage = Usage(0, 0, 0, 0)
         self.info: EngineInfo | None = None
         self.runner: Runner | None = None
+        self.restarts = 0  # after device faults
+        self._writer: queue.Queue | None = None  # snapshots for the writer thread
+        # Called on the engine thread with every scheduler the engine builds (at start and after a
+        # restart): where tests and tools attach a step observer or a fault hook.
+        self.on_scheduler: Callable[[Scheduler], None] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, progress: Progress | None = None) -> None:
@@ -223,21 +245,31 @@ class Engine:
             self._cancel.set()
 
     def shutdown(self) -> None:
+        """Stop the engine thread; snapshot files being written are finished first."""
         self.cancel_start()  # a load in progress stops early
         if self._thread and self._thread.is_alive():
             self._inbox.put(("stop",))
             self._thread.join()
+        if self._writer is not None:
+            self._writer.put(None)
+            self._writer_thread.join()
+            self._writer = None
 
     # --- requests (any thread) ------------------------------------------------------------
     def submit(self, messages: list[dict] | None, sampling: SamplingParams | None = None,
                on_event: Callable[[Event], None] = lambda e: None, prompt_ids: list[int] | None = None,
-               resume: Snapshot | None = None, snapshot_at_end: bool = False, thinking: bool | None = None) -> int:
+               resume: Snapshot | Path | None = None, snapshot_at_end: bool = False,
+               thinking: bool | None = None) -> int:
         """Queue a request and return its id at once. The sampling settings are checked here (PlanError);
         the chat template, tokenizing and the prompt checks run on the engine thread, never the
         caller's, and a request they refuse ends with a Failed event saying why. `thinking`: the
-        template's enable_thinking for this chat (None: the model's default, `info.thinking`)."""
-        if self.runner is None:
-            raise RequestError("the engine is not running")
+        template's enable_thinking for this chat (None: the model's default, `info.thinking`).
+
+        `resume`: a snapshot, or the path of a snapshot file, to go on from (see Runner.sequence);
+        a file that does not fit this engine is logged, deleted and ignored (the prompt is then
+        computed). `Started.reused` says how many positions came from it."""
+        if self.runner is None or not self._thread.is_alive():
+            raise RequestError("the engine is not running" + (f": {self._error}" if self._error else ""))
         (sampling or self.settings.sampling).validate()
         rid = next(self._ids)
         self._inbox.put(("add", rid, messages, sampling, on_event, prompt_ids, resume, snapshot_at_end, thinking))
@@ -256,8 +288,22 @@ class Engine:
     def usage(self) -> Usage:
         return self._usage
 
+    def snapshot_file(self, base: Path) -> Path:
+        """`<base>.<model fingerprint>.kv`: a conversation's snapshot file for this model and
+        backend (another model's file is never taken for this one's)."""
+        return base.with_name(f"{base.name}.{self.info.fingerprint}.kv")
+
+    def save_snapshot(self, rid: int, path: Path, budget_bytes: int,
+                      done: Callable[[str | None], None] = lambda error: None) -> None:
+        """Write the snapshot a finished `snapshot_at_end` request left to `path` (atomically, off
+        the engine thread), then remove the oldest files of its folder past `budget_bytes`;
+        `done` gets None or the error, on the writer's thread. No snapshot: done("no snapshot")."""
+        self._inbox.put(("save", rid, Path(path), budget_bytes, done))
+
     def snapshot(self, rid: int) -> Snapshot | None:
         """The state a finished `snapshot_at_end` request left (taken once)."""
+        if self._thread is None or not self._thread.is_alive():
+            return None
         box: queue.Queue = queue.Queue()
         self._inbox.put(("snapshot", rid, box))
         return box.get()
@@ -282,10 +328,12 @@ class Engine:
         self.info = EngineInfo(lm.name, b.name, b.device, sched.plan.line, sched.plan.pages_total,
                                self.settings.context, self.settings.parallel, sched.plan,
                                self._thinking_default(), bool(b.unified_memory) or b.name == "numpy",
-                               tuple(self.runner.timings.items()))
+                               tuple(self.runner.timings.items()), self.runner.fingerprint)
         self.log(sched.plan.line)
         if progress:
             progress("ready", 1.0)
+        if self.on_scheduler is not None:
+            self.on_scheduler(sched)
         self._ready.set()
         self._loop(sched)
 
@@ -296,10 +344,34 @@ class Engine:
             self.log(f"thinking: the chat template cannot be probed ({e})")
             return None
 
+    def _restart(self, sched: Scheduler, fault: DeviceLostError) -> Scheduler | None:
+        """After a device fault: every stream ends interrupted with one message, then a fresh
+        backend, model and cache; None (the engine stops, saying why) when that fails too."""
+        message = f"interrupted: {fault}; the engine restarted, send again to continue"
+        self.log(f"engine: {fault}; restarting")
+        for seq in list(sched.waiting) + list(sched.active):
+            seq.on_event(Failed(seq.id, message))
+        sched.waiting.clear()
+        sched.active.clear()
+        try:
+            self.runner = Runner(self.settings, None, self.log)
+            fresh = self.runner.scheduler(self.settings)
+        except Exception as e:  # a lost CUDA context usually stays lost for this process
+            self._error = LanechatError(f"the engine could not restart after a device fault ({e}); "
+                                        "restart Lanechat")
+            self.log(f"engine: {self._error}")
+            return None
+        self.restarts += 1
+        if self.on_scheduler is not None:
+            self.on_scheduler(fresh)
+        return fresh
+
     def _add(self, sched: Scheduler, rid: int, messages: list[dict] | None, sampling: SamplingParams | None,
              on_event: Callable[[Event], None], prompt_ids: list[int] | None, resume: Snapshot | None,
              snapshot_at_end: bool, thinking: bool | None) -> None:
         try:
+            if isinstance(resume, Path):
+                resume = self._read_snapshot(resume)
             seq = self.runner.sequence(rid, self.settings, messages, sampling, on_event, prompt_ids, resume,
                                        snapshot_at_end, thinking)
         except LanechatError as e:
@@ -310,6 +382,27 @@ class Engine:
             guarded(on_event)(Failed(rid, f"engine error: {type(e).__name__}: {e}"))
             return
         sched.add(seq)
+
+    def _read_snapshot(self, path: Path) -> Snapshot | None:
+        if not path.is_file():
+            return None
+        try:
+            return snapshots.load(path, self.runner.fingerprint, self.settings.kv_dtype)
+        except snapshots.SnapshotError as e:
+            self.log(f"engine: snapshot ignored and deleted, the conversation is recomputed: {e}")
+            path.unlink(missing_ok=True)
+            return None
+
+    def _save(self, sched: Scheduler, rid: int, path: Path, budget: int, done: Callable[[str | None], None]) -> None:
+        snap = sched.snapshots.pop(rid, None)
+        if snap is None:
+            return guarded(done)("no snapshot")
+        if self._writer is None:
+            self._writer = queue.Queue()
+            self._writer_thread = threading.Thread(target=write_snapshots, args=(self._writer, self.log),
+                                                   name="lanechat-snapshots", daemon=True)
+            self._writer_thread.start()
+        self._writer.put((snap, path, budget, self.runner.fingerprint, self.settings.page_tokens, done))
 
     def _loop(self, sched: Scheduler) -> None:
         while True:
@@ -327,14 +420,38 @@ class Engine:
                     sched.cancel(cmd[1])
                 elif cmd[0] == "snapshot":
                     cmd[2].put(sched.snapshots.pop(cmd[1], None))
+                elif cmd[0] == "save":
+                    self._save(sched, *cmd[1:])
                 try:
                     cmd = self._inbox.get_nowait()
                 except queue.Empty:
                     cmd = None
             if sched.busy:
-                sched.step()
+                try:
+                    sched.step()
+                except DeviceLostError as fault:
+                    sched = self._restart(sched, fault)
+                    if sched is None:
+                        return
             lanes = sched.lanes
             self._usage = Usage(lanes.pages_used(), lanes.total_pages, len(sched.active), len(sched.waiting))
+
+
+def write_snapshots(jobs: queue.Queue, log: Callable[[str], None]) -> None:
+    """The snapshot writer's thread: files are written here, never on the engine or GUI thread.
+    A None job ends it (the engine shut down)."""
+    while (job := jobs.get()) is not None:
+        snap, path, budget, fp, page_tokens, done = job
+        try:
+            if budget <= 0:
+                raise OSError("the snapshot budget is 0")
+            snapshots.save(path, snap, fp, page_tokens)
+            snapshots.prune(path.parent, budget, keep=path)
+        except Exception as e:  # a full disk must cost this snapshot, not the engine
+            log(f"engine: snapshot not written ({path.name}): {e}")
+            guarded(done)(f"{type(e).__name__}: {e}")
+            continue
+        guarded(done)(None)
 
 
 def run_to_end(sched: Scheduler, seqs: list[Sequence]) -> dict[int, Finished | Failed]:

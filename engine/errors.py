@@ -27,3 +27,8 @@ class ContextLengthError(RequestError):
 
 class StartCancelledError(LanechatError):
     """Engine.start gave up because its caller cancelled the load (Engine.cancel_start)."""
+
+
+class DeviceLostError(LanechatError):
+    """The device's context is lost (a sticky CUDA fault): nothing more can run on it, and the
+    engine restarts. Backends say which of their errors are one (`Backend.device_lost`)."""

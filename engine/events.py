@@ -23,6 +23,7 @@ class Started:
     request_id: int
     stream: int
     prompt_tokens: int
+    reused: int = 0  # positions restored from a snapshot instead of computed
 
 
 @dataclass(frozen=True)

@@ -2,24 +2,29 @@
 or interruption. Every arm runs the same prompts; token ids are compared as SHA-256.
 
 Per arm: solo prompts (chat prompts plus prompts ending at, just after and well past a page
-boundary), the same prompts concurrently 1/2/4/8 at a time, and resumes (a stream stopped mid-way,
-snapshotted, and continued on another lane). The reference is the contiguous arm (paging off).
-With drafters, each one that fits the model runs the solo prompts, four at once, and the sampled
-ones again in verify windows: "drafted == plain" (n-gram and MTP exercise rejection; the oracle,
-which proposes the plain run's own tokens, full acceptance).
+boundary), the same prompts concurrently 1/2/4/8 at a time, resumes (a stream stopped mid-way,
+snapshotted, and continued on another lane), follow-up turns (a finished turn's snapshot, in
+memory and through a file on disk, continued by the next turn's prompt), and prompts sharing
+prefixes through the prompt cache (paged arms; the contiguous arm computes them cold). The
+reference is the contiguous arm (paging off). With drafters, each one that fits the model runs the solo prompts,
+four at once, and the sampled ones again in verify windows: "drafted == plain" (n-gram and MTP
+exercise rejection; the oracle, which proposes the plain run's own tokens, full acceptance).
 """
 from __future__ import annotations
 
 import hashlib
 import sys
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
 from . import drafters, jsonfile
 from .engine import Runner, run_to_end
 from .errors import LanechatError
+from .kv import snapshots
 from .settings import EngineSettings, SamplingParams
 
 CHATS = [
@@ -43,6 +48,9 @@ ARMS = [("contiguous", "off", 256), ("pages p16", "pages", 16), ("pages p256", "
 QUICK_ARMS = [ARMS[0], ARMS[1], ARMS[3]]
 GROUPS = (1, 2, 4, 8)
 DRAFTERS = ("ngram", "mtp", "oracle")
+FOLLOW_UP = "\nAnd what follows from that? Answer in one line."
+FOLLOW_UPS = 2  # prompts continued by a follow-up turn, per arm
+PROMPT_CACHE_GIB = 0.5  # the paged arms' prompt cache for the "cache hit == cold" row
 
 
 def sha(tokens: list[int]) -> str:
@@ -66,10 +74,21 @@ def fitting(runner: Runner, names: tuple[str, ...]) -> list[str]:
     return [d for d in names if drafters.fit(runner.loaded.config, d)[0] == d]
 
 
+def offset_prompts(runner: Runner, offsets: list[int]) -> list[list[int]]:
+    """Long prompts ending exactly at these positions (the seed's resume offsets)."""
+    tok = runner.tokenizer
+    unit = tok.encode(FILLER)
+    long = tok.encode_chat([{"role": "user", "content": FILLER}])
+    while len(long) < max(offsets):
+        long += unit
+    return [long[:n] for n in offsets]
+
+
 def run_arm(runner: Runner, s: EngineSettings, prompts: list[list[int]], max_tokens: int,
-            drafted: tuple[str, ...] = (), draft_tokens: int = 3) -> dict[tuple, str]:
+            drafted: tuple[str, ...] = (), draft_tokens: int = 3, long_only: bool = False) -> dict[tuple, str]:
     """Every output of one arm, keyed ('solo', i), ('conc', n, i), ('resume', i), ('sampled', ...),
-    and per drafter ('drafted', name, 'solo' | 'conc' | 'sampled', i)."""
+    ('follow', i), ('disk', i), ('cache', i), and per drafter ('drafted', name, 'solo' | 'conc' |
+    'sampled', i). `long_only`: solo, follow-ups and the prompt cache."""
     sched = runner.scheduler(s)
     greedy = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     hot = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_tokens=max_tokens, seed=1234, ignore_eos=True)
@@ -81,6 +100,13 @@ def run_arm(runner: Runner, s: EngineSettings, prompts: list[list[int]], max_tok
         run_to_end(on or sched, seqs)
         return seqs
 
+    half = replace(greedy, max_tokens=max_tokens // 2)
+    if long_only:
+        for i, p in enumerate(prompts):
+            out[("solo", i)] = sha(go([p], greedy)[0].tokens)
+        out.update(follow_ups(runner, s, sched, prompts, go, greedy, half))
+        out.update(cache_hits(runner, s, prompts, greedy))
+        return out
     plain = {}
     for i, p in enumerate(prompts):
         plain[i] = go([p], greedy)[0].tokens
@@ -89,7 +115,6 @@ def run_arm(runner: Runner, s: EngineSettings, prompts: list[list[int]], max_tok
         for i, seq in enumerate(go(prompts[:n], greedy)):
             out[("conc", n, i)] = sha(seq.tokens)
     # Resumes: stop half-way with a snapshot, continue from it on whichever lane is free.
-    half = replace(greedy, max_tokens=max_tokens // 2)
     for i, p in enumerate(prompts[: len(prompts) // 2]):
         first = go([p], half, snapshot_at_end=True)[0]
         snap = sched.snapshots.pop(first.id)
@@ -108,6 +133,51 @@ def run_arm(runner: Runner, s: EngineSettings, prompts: list[list[int]], max_tok
             out[("drafted", name, "conc", i)] = sha(seq.tokens)
         for i, seq in enumerate(go(prompts[:4], hot, ds)):
             out[("drafted", name, "sampled", i)] = sha(seq.tokens)
+    out.update(follow_ups(runner, s, sched, prompts[:FOLLOW_UPS], go, greedy, half))
+    out.update(cache_hits(runner, s, prompts, greedy))
+    return out
+
+
+def follow_ups(runner: Runner, s: EngineSettings, sched, prompts: list[list[int]], go, greedy: SamplingParams,
+               half: SamplingParams) -> dict:
+    """The next prompt extends a finished turn; its snapshot continues it, once as it left the
+    engine and once after a round trip through a file."""
+    out = {}
+    follow = runner.tokenizer.encode(FOLLOW_UP)
+    with tempfile.TemporaryDirectory(prefix="lanechat-gates-") as tmp:
+        for i, p in enumerate(prompts):
+            first = go([p], half, snapshot_at_end=True)[0]
+            snap = sched.snapshots.pop(first.id)
+            path = Path(tmp) / f"{i}.kv"
+            snapshots.save(path, snap, runner.fingerprint, s.page_tokens)
+            disk = snapshots.load(path, runner.fingerprint, s.kv_dtype)
+            ids = first.tokens + follow
+            out[("follow", i)] = sha(go([ids], greedy, resume=snap)[0].tokens)
+            out[("disk", i)] = sha(go([ids], greedy, resume=disk)[0].tokens)
+    return out
+
+
+def shared_prefixes(prompts: list[list[int]], follow: list[int]) -> list[list[int]]:
+    """The longest prompt, the same again, and it cut short with another ending: each after the
+    first shares its prefix."""
+    p = max(prompts, key=len)
+    return [p, list(p), p[: len(p) * 3 // 4] + follow]
+
+
+def cache_hits(runner: Runner, s: EngineSettings, prompts: list[list[int]], greedy: SamplingParams) -> dict:
+    """Prompts sharing prefixes, one after another: through the prompt cache on a paged arm, cold
+    on the contiguous one. ('cache-reused',) counts the positions the cache gave."""
+    ids = shared_prefixes(prompts, runner.tokenizer.encode(FOLLOW_UP))
+    cached = s.paging != "off"
+    sched = runner.scheduler(replace(s, prompt_cache_gib=PROMPT_CACHE_GIB if cached else 0.0))
+    out, reused = {}, 0
+    for i, p in enumerate(ids):
+        seq = runner.sequence(i + 1, s, None, greedy, lambda e: None, p)
+        run_to_end(sched, [seq])
+        out[("cache", i)] = sha(seq.tokens)
+    if cached:
+        reused = sched.prompt_cache.reused
+    out[("cache-reused",)] = reused
     return out
 
 
@@ -134,24 +204,38 @@ def compare(ref: dict, arms: dict[str, dict]) -> dict[str, tuple[int, int]]:
                 _, drafter, how, i = key
                 plain = ref[("sampled", i)] if how == "sampled" else ref[("solo", i)]
                 add(f"drafted == plain: {drafter} (solo, 4 at once, T 1.0)", h == plain)
+            elif kind == "follow":
+                add("follow-up turn: every arm == contiguous", h == ref[key])
+            elif kind == "cache" and name != "contiguous":
+                add("prompt-cache hit == cold", h == ref[key] and out[("cache-reused",)] > 0)
+            elif kind == "disk":
+                add("resumed from disk == uninterrupted", h == out[("follow", key[1])] == ref[("follow", key[1])])
     return {row: (sum(v), len(v)) for row, v in rows.items()}
 
 
 def run(settings: EngineSettings, chats: list[list[dict]], max_tokens: int, quick: bool, log=print,
-        drafted: tuple[str, ...] = (), draft_tokens: int = 3):
+        drafted: tuple[str, ...] = (), draft_tokens: int = 3, offsets: list[int] | None = None,
+        dtypes: tuple[str, ...] = ("bf16", "fp8")):
     """The table as {column: {row: (passed, total)}} for bf16 and fp8 KV; `drafted`: the drafters
-    to gate (those that fit the model run)."""
+    to gate (those that fit the model run). With `offsets`, long prompts ending there instead of
+    the chats (solo, follow-up and prompt-cache rows only)."""
     runner = Runner(settings, log=log)
     drafted = tuple(fitting(runner, drafted))
     arms = QUICK_ARMS if quick else ARMS
-    prompts = prompt_set(runner, chats, settings.context, max_tokens)
+    if offsets:
+        if max(offsets) + 2 * max_tokens + len(runner.tokenizer.encode(FOLLOW_UP)) >= settings.context:
+            raise LanechatError(f"offsets up to {max(offsets)} and their follow-ups need a context above "
+                                f"{settings.context}; raise --context")
+        prompts = offset_prompts(runner, offsets)
+    else:
+        prompts = prompt_set(runner, chats, settings.context, max_tokens)
     table = {}
-    for dtype in ("bf16", "fp8"):
+    for dtype in dtypes:
         outs = {}
         for name, paging, page in arms:
             t = time.perf_counter()
             s = replace(settings, kv_dtype=dtype, paging=paging, page_tokens=page)
-            outs[name] = run_arm(runner, s, prompts, max_tokens, drafted, draft_tokens)
+            outs[name] = run_arm(runner, s, prompts, max_tokens, drafted, draft_tokens, long_only=bool(offsets))
             dt = time.perf_counter() - t
             log(f"gates: {runner.loaded.name} {dtype} {name}: {len(outs[name])} outputs in {dt:.1f} s")
         table[f"{runner.loaded.name} {dtype}"] = compare(outs["contiguous"], outs)
@@ -190,7 +274,7 @@ def main(a) -> int:
     s = EngineSettings(model=a.model, backend=a.backend, parallel=8, context=a.context, memory_gib=None).validate()
     names = DRAFTERS if a.drafter == "all" else () if a.drafter == "none" else (a.drafter,)
     table = run(s, load_chats(a.prompts), a.max_tokens, a.quick, log=lambda m: print(m, file=sys.stderr),
-                drafted=names, draft_tokens=a.draft_tokens)
+                drafted=names, draft_tokens=a.draft_tokens, offsets=a.offsets)
     print(render(table))
     ok = passed(table)
     print("gates: " + ("every cell passes" if ok else "FAILED"), file=sys.stderr)

@@ -43,6 +43,7 @@ class Plan:
     draft_tokens: int = 0  # k of the verify windows (0: plain decoding)
     draft_layers: int = 0  # attention layers of the drafter's own on every stream's pages (MTP)
     drafter_note: str | None = None  # why the drafter asked for does not run
+    prompt_cache_bytes: int = 0  # pool pages the prompt cache may keep (inside the pool, not added)
 
     @property
     def pages_total(self) -> int:
@@ -73,8 +74,9 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
     layers = drafters.kv_layers(cfg, drafter)
     page_bytes = P * cfg.kv_bytes_per_token(s.kv_dtype, layers)
     # One state slot more than streams: padding rows of a captured decode batch update a scratch slot;
-    # a verify window of k drafts keeps the state after each of its k + 1 rows.
-    state = (n + 1) * (k + 1) * cfg.state_bytes_per_stream()
+    # a verify window of k drafts keeps the state after each of its k + 1 rows; and per stream a
+    # checkpoint slot (a failed batched step puts the rows' state back).
+    state = ((n + 1) * (k + 1) + n) * cfg.state_bytes_per_stream()
     windows = {"off": n, "pages": 1, "all": 0}[s.paging]
     pool_lanes = n - windows
     need_pool = pool_lanes * W
@@ -106,7 +108,8 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
     p = Plan(line="", fits=True, mode=s.paging, parallel=n, context=s.context, page_tokens=P, kv_dtype=s.kv_dtype,
              page_bytes=page_bytes, window_pages=W, windows=windows, pool_pages=pool, state_bytes=state,
              kv_bytes=(windows * W + pool) * page_bytes, budget_bytes=budget, unified=unified,
-             graph_bytes=graph_bytes, drafter=drafter, draft_tokens=k, draft_layers=layers, drafter_note=note)
+             graph_bytes=graph_bytes, drafter=drafter, draft_tokens=k, draft_layers=layers, drafter_note=note,
+             prompt_cache_bytes=min(int(s.prompt_cache_gib * GIB), pool * page_bytes) if s.paging != "off" else 0)
     p.line = plan_line(p)
     return p
 
@@ -134,6 +137,8 @@ def plan_line(p: Plan) -> str:
         line += f" · drafter {p.drafter} ({p.draft_tokens} drafts per window)"
     if p.drafter_note:
         line += f" · {p.drafter_note}"
+    if p.prompt_cache_bytes:
+        line += f" · prompt cache up to {gib(p.prompt_cache_bytes)} of the pool"
     if p.unified:
         line += " · unified memory"
     return line

@@ -4,7 +4,12 @@ A sequence's tokens are prompt + generated; `computed` of them have K/V in its l
 cache. Prompt chunks start at absolute multiples of the chunk size, so a prompt is cut the same way
 whatever else runs. The scheduler deals in ids, lanes and rows; each sequence's TextStream turns
 its ids into text. Runs on the engine thread (or the caller's, for the CLI and the gates): no
-locking here.
+locking here. Pool pressure: `pausing` says who waits and who pauses (to host memory, exactly).
+
+Errors: a piece of a step that raises fails only the streams it computed for; a batched decode
+step that raises is rolled back (each row's recurrent state from its checkpoint) and run again one
+row at a time, so only the stream that raises alone fails. An error the backend calls a lost
+device (`Backend.device_lost`) leaves `step` as a DeviceLostError: the engine restarts.
 """
 from __future__ import annotations
 
@@ -16,28 +21,18 @@ from typing import Callable
 
 import numpy as np
 
-from . import drafters
+from . import drafters, pausing
 from .drafters.verify import DraftStats, Verifier
+from .errors import DeviceLostError
 from .events import Event, Failed, Finished, Queued, Started, Token
-from .kv import Lane, Lanes, LaneState
+from .kv import Lane, Lanes, Snapshot
 from .ops.base import Backend
 from .plan import Plan
+from .prompt_cache import PromptCache
 from .rows import Rows
 from .settings import EngineSettings, SamplingParams
 from .textstream import TextStream
 from .thinking import Splitter
-
-
-@dataclass
-class Snapshot:
-    """A stream stopped between steps: its tokens and, on the host, its state in the cache."""
-    tokens: list[int]
-    prompt_len: int
-    cache: LaneState  # K/V rows of tokens[:-1] and the recurrent state after them
-
-    @property
-    def kv_dtype(self) -> str:
-        return self.cache.kv_dtype
 
 
 @dataclass
@@ -66,6 +61,8 @@ class Sequence:
     prompt_done: bool = False
     draft: object = None  # the drafter's own per-stream state (engine/drafters)
     stats: DraftStats = field(default_factory=DraftStats)
+    arrival: int = 0  # order of `Scheduler.add`: the youngest stream pauses first
+    cold: bool = True  # every position so far computed as a cold run computes it (prompt-cache pages)
 
     @property
     def generated(self) -> int:
@@ -84,16 +81,29 @@ class Scheduler:
         self.s, self.plan, self.model, self.b, self.tok = settings, plan, model, backend, tokenizer
         self.lanes = Lanes(settings.parallel, settings.context, settings.page_tokens, settings.paging, plan.pool_pages)
         self.cache = model.make_cache(backend, plan, kv_store)  # this scheduler's streams' state, and only theirs
+        self.prompt_cache = None
+        if plan.prompt_cache_bytes:
+            self.prompt_cache = PromptCache(plan.prompt_cache_bytes, plan.page_bytes,
+                                            max(settings.prefill_chunk, settings.page_tokens), self.lanes, self.cache)
         self.waiting: deque[Sequence] = deque()
         self.active: list[Sequence] = []
         self.snapshots: dict[int, Snapshot] = {}
+        self._arrivals = 0
+        # Positions computed so far: by prompt chunks and by decode steps (monotone; a pause loses none).
+        self.prompt_positions = 0
+        self.decode_positions = 0
         # Called after every decode step with its StepStats; the step then synchronises the device twice.
         self.step_observer: Callable[[StepStats], None] | None = None
         drafter = drafters.make(plan.drafter, model, backend)
         self.verifier = Verifier(self, drafter, plan.draft_tokens) if drafter else None  # speculative decoding
+        # Called with the rows of every forward once it ran (cache and state written), before its
+        # tokens are chosen; what it raises, the forward raised (the fault-injection hook).
+        self.after_forward: Callable[[Rows], None] | None = None
 
     # --- requests ------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
+        self._arrivals += 1
+        seq.arrival = self._arrivals
         self.waiting.append(seq)
         if len(self.active) + len(self.waiting) > len(self.lanes.lanes):
             seq.on_event(Queued(seq.id, len(self.waiting) - 1))
@@ -117,34 +127,63 @@ class Scheduler:
 
     # --- one step ------------------------------------------------------------------------
     def step(self) -> None:
+        """Raises DeviceLostError when the backend lost its device (every stream is then lost)."""
+        own = next((q for q in self.active if q.lane.index == 0), None)
+        if own is not None:
+            self._reclaim(pausing.next_end(own, self.s.prefill_chunk))
         self._admit()
+        moved = False
         for seq in [q for q in self.active if q.computed < q.target]:
-            self._guarded([seq], self._prompt_chunk, seq)  # a prompt's failure is its stream's alone
+            moved |= self._guarded([seq], self._prompt_chunk, seq)  # a prompt's failure is its stream's alone
         decoding = [q for q in self.active if q.prompt_done and q.computed == q.target]
         ready = [q for q in decoding if self.lanes.ensure(q.lane, q.computed + 1)]
         if ready:
-            self._guarded(ready, self._decode, ready)
-        elif decoding and not any(q.computed < q.target for q in self.active):
-            self._preempt(max(decoding, key=lambda q: q.t_start))
+            self._decode_isolated(ready)
+            moved = True
+        if not moved and self.active:  # nobody could place its next piece
+            self._pause(pausing.youngest(self.active))
 
     def _admit(self) -> None:
-        while self.waiting:
-            seq = self.waiting[0]
+        C = self.s.prefill_chunk
+        while self.waiting and not pausing.short(self.lanes, self.active, C):
             lane = self.lanes.acquire()
             if lane is None:
                 return
-            first = min(seq.target, self.s.prefill_chunk) if not seq.resume else len(seq.resume.tokens)
-            if not self.lanes.ensure(lane, max(first, 1)):
+            seq = self.waiting.popleft()
+            self.cache.reset(lane.index)
+            cold = seq.cold
+            reused = self._cached(seq, lane)
+            end = pausing.next_end(seq, C)
+            if lane.index == 0:
+                self._reclaim(end)  # the paused borrowers queue ahead of the others
+            if not self.lanes.ensure(lane, end):
                 self.lanes.release(lane)
+                seq.computed, seq.cold = 0, cold
+                self.waiting.appendleft(seq)
                 seq.on_event(Queued(seq.id, 0, "waiting for KV pages (the pool is full)"))
                 return
-            self.waiting.popleft()
-            seq.lane, seq.t_start = lane, time.perf_counter()
-            self.cache.reset(lane.index)
+            seq.lane = lane
+            seq.t_start = seq.t_start or time.perf_counter()
             self.active.append(seq)
             if seq.resume:
-                self._restore(seq)
-            seq.on_event(Started(seq.id, lane.index, seq.prompt_len))
+                reused = self._restore(seq)
+            seq.on_event(Started(seq.id, lane.index, seq.prompt_len, reused))
+
+    def _cached(self, seq: Sequence, lane: Lane) -> int:
+        """Take what the prompt cache holds of a fresh prompt into its lane; positions reused."""
+        if self.prompt_cache is None or seq.resume is not None or seq.computed or seq.generated:
+            return 0
+        hit = self.prompt_cache.lookup(seq.tokens, self.cache.stateful)
+        if hit is None or not self.prompt_cache.take(lane, hit):
+            return 0
+        seq.computed, seq.cold = hit.n, hit.cold
+        return hit.n
+
+    def _reclaim(self, tokens: int) -> None:
+        """Give lane 0 what it lent while idle, for `tokens` positions: pause the youngest borrowers."""
+        while (victim := pausing.borrower(self.lanes, self.active, tokens)) is not None:
+            self._pause(victim, "paused: the engine's own stream took back its reserved KV pages; "
+                                "it continues where it stopped")
 
     def _rows(self, seqs: list[Sequence], prompt: bool, start: int = 0, end: int = 0) -> Rows:
         if prompt:
@@ -166,42 +205,77 @@ class Scheduler:
         rows = self._rows([seq], True, start, end)
         rows.hidden = self.verifier is not None and self.verifier.wants_hidden
         logits = self.model.forward(rows, self.cache)
+        if self.after_forward is not None:
+            self.after_forward(rows)
+        self.prompt_positions += end - start
         seq.computed = end
         if rows.hidden:
             logits, hidden = logits
             self.verifier.observe(seq, start, hidden)
+        pc = self.prompt_cache
+        if pc is not None and seq.cold and self.cache.stateful and end == (seq.target - 1) // pc.granule * pc.granule:
+            pc.keep_state(seq.tokens[:end], self.cache.read(seq.lane, 0))  # the boundary a repeat needs
         return logits
 
-    def _prompt_chunk(self, seq: Sequence) -> None:
+    def _prompt_chunk(self, seq: Sequence) -> bool:
+        """The stream's next prompt chunk; False when its pages are not there."""
         logits = self._run_chunk(seq)
         if logits is None:
-            return
+            return False
         if seq.computed == seq.target:
             seq.prompt_done = True
             tok = None if seq.generated else self._choose(logits, [seq])[0]
             seq.t_first = time.perf_counter()  # after the choice: the device has finished the prompt
+            if self.prompt_cache is not None and seq.cold:
+                self.prompt_cache.keep_pages(seq.lane, seq.tokens, seq.target)
             if tok is not None:
                 self._append(seq, tok)
+        return True
 
     def _decode(self, seqs: list[Sequence]) -> None:
         if self.verifier is not None:
             return self.verifier.step(seqs)
         logits = self.run_decode(self._rows(seqs, False))
-        for seq in seqs:
+        tokens = self._choose(logits, seqs)
+        for seq, tok in zip(seqs, tokens):
             seq.computed += 1
-        for seq, tok in zip(seqs, self._choose(logits, seqs)):
             self._append(seq, tok)
 
     def run_decode(self, rows: Rows):
         """One decode forward (plain rows or verify windows), timed for the step observer."""
         if self.step_observer is None:
-            return self.b.decode_step(self.model, rows, self.cache)
-        self.b.synchronize()
-        t = time.perf_counter()
-        out = self.b.decode_step(self.model, rows, self.cache)
-        self.b.synchronize()
-        self.step_observer(StepStats(rows.positions.tolist(), time.perf_counter() - t, rows.window))
+            out = self.b.decode_step(self.model, rows, self.cache)
+        else:
+            self.b.synchronize()
+            t = time.perf_counter()
+            out = self.b.decode_step(self.model, rows, self.cache)
+            self.b.synchronize()
+            self.step_observer(StepStats(rows.positions.tolist(), time.perf_counter() - t, rows.window))
+        if self.after_forward is not None:
+            self.after_forward(rows)
+        self.decode_positions += int((rows.lanes >= 0).sum())
         return out
+
+    def _decode_isolated(self, seqs: list[Sequence]) -> None:
+        """A batched decode step; if it raises, the streams it had not yet given a token get their
+        recurrent state back from the checkpoint and run again one at a time, so only the stream
+        that raises alone fails."""
+        if len(seqs) == 1:
+            return self._guarded(seqs, self._decode, seqs)
+        lanes = [q.lane.index for q in seqs]
+        before = [q.computed for q in seqs]
+        if self.cache.stateful:
+            self.cache.checkpoint(lanes)
+        try:
+            self._decode(seqs)
+        except Exception as e:
+            self._raise_if_lost(e)
+            traceback.print_exc()
+            again = [q for q, n in zip(seqs, before) if q in self.active and q.computed == n]
+            if self.cache.stateful and again:
+                self.cache.rollback([q.lane.index for q in again])
+            for seq in again:
+                self._guarded([seq], self._decode, [seq])
 
     def _choose(self, logits, seqs: list[Sequence]) -> list[int]:
         return self.b.choose(logits, [q.params for q in seqs], [len(q.tokens) for q in seqs])
@@ -223,8 +297,13 @@ class Scheduler:
         if seq in self.active:
             if seq.snapshot_at_end:
                 self.snapshots[seq.id] = self._snapshot(seq)
+            if self.prompt_cache is not None and seq.computed:
+                state = self.cache.read(seq.lane, 0) if self.cache.stateful else None
+                self.prompt_cache.keep_end(seq.lane, seq.tokens, seq.computed, state)
             self.active.remove(seq)
             self.lanes.release(seq.lane)
+        elif seq.snapshot_at_end and seq.resume is not None:  # ended while paused
+            self.snapshots[seq.id] = seq.resume
         now = time.perf_counter()
         prompt_s = (seq.t_first - seq.t_start) if seq.t_first else 0.0
         decode_s = now - seq.t_first if seq.t_first else 0.0
@@ -244,14 +323,24 @@ class Scheduler:
         if tok != Token.NO_TOKEN or text or reasoning:
             seq.on_event(Token(seq.id, tok, text, seq.generated, reasoning, thinking))
 
-    def _guarded(self, seqs: list[Sequence], fn, *args) -> None:
-        """Run one piece of a step; if it raises, only the streams it computed for fail."""
+    def _guarded(self, seqs: list[Sequence], fn, *args) -> bool:
+        """Run one piece of a step; if it raises, only the streams it computed for fail. Returns
+        what `fn` returned (True for None), or True after a failure: either way the step moved."""
         try:
-            fn(*args)
+            done = fn(*args)
         except Exception as e:
+            self._raise_if_lost(e)
             traceback.print_exc()
             for seq in seqs:
                 self.fail(seq, f"engine error: {type(e).__name__}: {e}")
+            return True
+        return done is not False
+
+    def _raise_if_lost(self, e: Exception) -> None:
+        if isinstance(e, DeviceLostError):
+            raise e
+        if self.b.device_lost(e):
+            raise DeviceLostError(f"the {self.b.device} reported a fault ({type(e).__name__}: {e})") from e
 
     def fail(self, seq: Sequence, message: str) -> None:
         if seq in self.active:
@@ -259,13 +348,16 @@ class Scheduler:
             self.lanes.release(seq.lane)
         seq.on_event(Failed(seq.id, message))
 
-    def _preempt(self, seq: Sequence) -> None:
-        """The pool is full and nobody can grow: give this stream's pages back; it recomputes later."""
+    def _pause(self, seq: Sequence, reason: str = "paused: the KV pool is full; it continues where it "
+                                                     "stopped when pages free up") -> None:
+        """Move the stream's state to host memory and give its lane back; it queues first."""
+        if seq.computed:
+            seq.resume = self._snapshot(seq)
         self.active.remove(seq)
         self.lanes.release(seq.lane)
         seq.lane, seq.computed, seq.prompt_done = None, 0, False
         self.waiting.appendleft(seq)
-        seq.on_event(Queued(seq.id, 0, "paused: the KV pool is full; it continues (recomputed) when pages free up"))
+        seq.on_event(Queued(seq.id, 0, reason))
 
     def prompt_logits(self, ids: list[int]) -> np.ndarray:
         """Float32 logits of the last position of a prompt, run in chunks on a free lane."""
@@ -284,9 +376,14 @@ class Scheduler:
     def _snapshot(self, seq: Sequence) -> Snapshot:
         return Snapshot(list(seq.tokens), seq.prompt_len, self.cache.read(seq.lane, seq.computed))
 
-    def _restore(self, seq: Sequence) -> None:
-        snap = seq.resume
-        n = snap.cache.n  # the last sampled token is fed by the next decode step
-        self.lanes.ensure(seq.lane, n + 1)
+    def _restore(self, seq: Sequence) -> int:
+        """Put the stream's snapshot into its lane (admission gave it the pages); it goes on from
+        there: a prompt read part-way reads on, a stream at its last token decodes. Returns the
+        positions restored."""
+        snap, seq.resume = seq.resume, None
         self.cache.write(seq.lane, snap.cache)
-        seq.computed, seq.prompt_done, seq.t_first = n, True, time.perf_counter()
+        seq.computed = snap.cache.n
+        seq.prompt_done = seq.computed >= seq.target
+        if seq.prompt_done and not seq.t_first:
+            seq.t_first = time.perf_counter()
+        return seq.computed

@@ -63,6 +63,8 @@ class EngineSettings:
     prefill_chunk: int = 128
     drafter: str = "none"  # speculative decoding: none, ngram (prompt lookup), mtp (the checkpoint's own head)
     draft_tokens: int = 4  # drafts per verify window (k: the window is k + 1 rows)
+    prompt_cache_gib: float = 0.0  # pool pages kept for prefix reuse, part of the KV budget (0 = off)
+    snapshot_disk_gib: float = 4.0  # the app's KV snapshot files on disk, oldest removed first (0 = off)
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def validate(self) -> "EngineSettings":
@@ -88,6 +90,8 @@ class EngineSettings:
         _integer("draft tokens", self.draft_tokens, 1, MAX_DRAFT_TOKENS, what="drafts per verify window")
         if self.memory_gib is not None:
             _number("memory budget (GiB)", self.memory_gib, 0, MAX_MEMORY_GIB, open_low=True)
+        _number("prompt cache (GiB)", self.prompt_cache_gib, 0, MAX_MEMORY_GIB)
+        _number("snapshot disk budget (GiB)", self.snapshot_disk_gib, 0, MAX_MEMORY_GIB)
         if not isinstance(self.sampling, SamplingParams):
             raise PlanError("sampling must be SamplingParams")
         self.sampling.validate()

@@ -20,8 +20,9 @@ class Sink:
     def on_queued(self, ahead, reason):
         self.calls.append(("queued", ahead, reason))
 
-    def on_started(self, prompt_tokens):
+    def on_started(self, prompt_tokens, reused=0):
         self.calls.append(("started", prompt_tokens))
+        self.reused = reused
 
     def on_text(self, text, tokens):
         self.calls.append(("text", text, tokens))
@@ -52,6 +53,7 @@ class FakeEngine:
         self.next_id = 0
         self.threads = []
         self.callbacks = {}
+        self.saved = []  # (request id, path) of every save_snapshot
         self.release = threading.Event()  # start() loads until this is set
         if not hold:
             self.release.set()
@@ -79,7 +81,14 @@ class FakeEngine:
     def cancel_start(self):
         self.start_cancelled.set()
 
-    def submit(self, messages, sampling=None, on_event=None, thinking=None):
+    def snapshot_file(self, base):
+        return base.with_name(base.name + ".fake.kv")
+
+    def save_snapshot(self, rid, path, budget_bytes, done=lambda error: None):
+        self.saved.append((rid, path))
+        done("no snapshot")  # a fake engine keeps no K/V
+
+    def submit(self, messages, sampling=None, on_event=None, thinking=None, resume=None, snapshot_at_end=False):
         if self.refuse:
             raise RequestError(self.refuse)
         self.next_id += 1

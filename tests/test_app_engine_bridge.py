@@ -4,6 +4,7 @@ from fake_engine import Sink, _stop_fake_engines, bridge_with  # noqa: F401 - th
 
 from app.engine_bridge import EngineBridge
 from engine import EngineSettings, Finished, LanechatError, ModelError, RequestError, SamplingParams
+from engine.kv import snapshots
 
 
 def test_tokens_are_coalesced_and_in_order(qtbot, run_async):
@@ -223,3 +224,37 @@ def test_unload_waits_for_requests_in_flight(qtbot, run_async):
     assert bridge.state == "ready"  # a reply is being written: nothing is unloaded
     bridge.cancel(ticket)
     qtbot.waitUntil(lambda: sink.done, timeout=5000)
+
+
+@pytest.mark.slow
+def test_a_conversation_resumes_from_its_snapshot_across_a_restart(qtbot, run_async, app_home, app_model, tmp_path):
+    """The reply's KV state goes to `<base>.<fingerprint>.kv`; after an engine restart the next turn
+    restores it and computes only the positions past it (the new turn)."""
+    base = tmp_path / "snapshots" / "conv1"
+    s = EngineSettings(model=app_model, backend="numpy", parallel=2, context=512, paging="all", page_tokens=16,
+                       sampling=SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))
+    chat = [{"role": "user", "content": "Hello there"}]
+    bridge = EngineBridge()
+    run_async(bridge.start(s), timeout=120)
+    first = Sink()
+    bridge.submit(chat, None, first, snapshot=base)
+    qtbot.waitUntil(lambda: first.done, timeout=60000)
+    path = base.with_name(f"conv1.{bridge.info.fingerprint}.kv")
+    qtbot.waitUntil(path.is_file, timeout=30000)
+    assert first.reused == 0
+    run_async(bridge.stop())
+
+    bridge = EngineBridge()
+    run_async(bridge.start(s), timeout=120)
+    engine = bridge.engine
+    snap = snapshots.load(path, engine.runner.fingerprint, "bf16")
+    later = chat + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "And then?"}]
+    ids = engine.runner.tokenizer.encode_chat(later)
+    assert snap.continues(ids), "the template renders the reply as it was generated"
+    second = Sink()
+    bridge.submit(later, None, second, snapshot=base)
+    qtbot.waitUntil(lambda: second.done, timeout=60000)
+    started = next(c for c in second.calls if c[0] == "started")
+    assert second.reused == snap.cache.n and started[1] == len(ids)  # computed: only len(ids) - n
+    assert second.calls[-1][0] == "finished"
+    run_async(bridge.stop())

@@ -30,7 +30,7 @@ class Sink:
     def on_queued(self, ahead, reason):
         self.calls.append("queued:" + reason)
 
-    def on_started(self, prompt_tokens):
+    def on_started(self, prompt_tokens, reused=0):
         self.calls.append("started")
 
     def on_text(self, text, tokens):

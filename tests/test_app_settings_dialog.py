@@ -170,3 +170,20 @@ def test_the_drafter_and_its_drafts_reach_the_settings_and_the_plan(qtbot, dialo
     refreshed(qtbot, dialog)
     assert "drafter mtp refused" in dialog.plan_line and dialog.apply_button.isEnabled()
     assert "Drafter mtp refused: the checkpoint ships no MTP head" in dialog.plan_label.text()
+
+
+def test_cache_and_snapshot_budgets_and_the_clear_action(qtbot, app_home, app_model):
+    cleared = []
+    s = EngineSettings(model=app_model, backend="numpy", parallel=2, context=512, memory_gib=1.0, paging="all",
+                       page_tokens=16)
+    d = SettingsDialog(s, clear_snapshots=lambda: cleared.append(1) or 3)
+    qtbot.addWidget(d)
+    assert d.prompt_cache.value() == 0 and d.snapshot_disk.value() == s.snapshot_disk_gib
+    d.prompt_cache.setValue(0.25)
+    d.snapshot_disk.setValue(0)
+    refreshed(qtbot, d)
+    out = d.settings()
+    assert (out.prompt_cache_gib, out.snapshot_disk_gib) == (0.25, 0)
+    assert "prompt cache up to" in d.plan_line  # the plan says what the cache may take
+    d.clear_button.click()
+    assert cleared == [1] and d.clear_button.text() == "Cleared (3)" and not d.clear_button.isEnabled()

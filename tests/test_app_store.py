@@ -82,13 +82,17 @@ def test_ids_cannot_escape_the_folder(store):
             store.path(bad)
 
 
-def test_delete_removes_the_snapshot_sidecar(store):
-    c = _conv("x", "2025-01-01T00:00:00+00:00")
+def test_delete_removes_the_conversations_snapshots(store):
+    c, other = _conv("x", "2025-01-01T00:00:00+00:00"), _conv("y", "2025-01-01T00:00:00+00:00")
     store.save(c)
-    store.snapshot_path(c.id).mkdir()
-    (store.snapshot_path(c.id) / "pages.bin").write_bytes(b"kv")
+    store.snapshot_dir.mkdir(parents=True)
+    for name in (f"{c.id}.aaaa.kv", f"{c.id}.bbbb.kv", f"{other.id}.aaaa.kv"):
+        (store.snapshot_dir / name).write_bytes(b"kv")
+    assert [p.name for p in store.snapshot_files(c.id)] == [f"{c.id}.aaaa.kv", f"{c.id}.bbbb.kv"]
     store.delete(c.id)
     assert list(store.root.iterdir()) == []
+    assert [p.name for p in store.snapshot_dir.iterdir()] == [f"{other.id}.aaaa.kv"]
+    assert store.clear_snapshots() == 1 and not list(store.snapshot_dir.iterdir())
 
 
 def test_missing_conversation_is_reported_not_set_aside(store):

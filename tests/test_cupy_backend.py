@@ -182,9 +182,56 @@ def test_plan_that_does_not_fit_is_refused_before_allocation(gb):
 
 
 @gpu_test
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-qwen3.5"])
 def test_gates_pass_on_the_gpu(name):
     from engine import gates
     s = EngineSettings(model=f"synthetic:{name}", backend="cupy", parallel=8, context=1024)
     table = gates.run(s, gates.load_chats(None), 12, False, log=lambda m: None)
     assert gates.passed(table), gates.render(table)
+
+
+@gpu_test
+def test_sticky_cuda_errors_are_a_lost_device_and_others_are_not():
+    import cupy
+
+    from engine.errors import DeviceLostError
+    b = get_backend("cupy")
+    err = cupy.cuda.runtime.CUDARuntimeError
+    assert b.device_lost(err(700)) and b.device_lost(err(719)) and b.device_lost(DeviceLostError("x"))
+    assert not b.device_lost(err(2)) and not b.device_lost(ValueError("shape"))  # out of memory, a bug
+    assert b.device_lost(cupy.cuda.driver.CUDADriverError(700))
+
+
+@gpu_test
+def test_a_failing_row_is_rolled_back_and_a_paused_stream_restores_on_the_gpu():
+    """Between graph-replayed steps: the rows' DeltaNet state comes back from its checkpoint
+    slots, and a stream paused to the host (mid-reply) continues exactly."""
+    from engine.engine import Runner, run_to_end
+    from engine.events import Failed, Queued
+    s = EngineSettings(model="synthetic:tiny-qwen3.5", backend="cupy", parallel=3, context=256, paging="pages",
+                       page_tokens=16, prefill_chunk=16, memory_gib=1)
+    r = Runner(s, log=lambda m: None)
+    p = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    prompts = [[1] + [20 + (7 * i + j) % 200 for j in range(100)] for i in range(3)]
+    solo = [run_to_end(r.scheduler(s), [r.sequence(1, s, None, p, lambda e: None, q)])[1].text for q in prompts]
+    sched = r.scheduler(s)
+    events = []
+    seqs = [r.sequence(i, s, None, p, events.append, q) for i, q in enumerate(prompts, 1)]
+    bad = seqs[1]
+
+    def fault(rows):
+        if not rows.prompt and len(rows) > 1 and bad.lane is not None and bad.lane.index in rows.lanes.tolist() \
+                and bad.generated >= 5:
+            raise ValueError("row of stream 2 went wrong")
+    sched.after_forward = fault
+    done = run_to_end(sched, seqs)
+    assert [e.request_id for e in events if isinstance(e, Failed)] == []  # alone it runs: nobody fails
+    assert [done[i].text for i in (1, 2, 3)] == solo
+    tight = EngineSettings(**{**s.to_dict(), "sampling": s.sampling, "memory_gib": None})
+    tight.memory_gib = (16 * 16 * r.loaded.config.kv_bytes_per_token("bf16") * 2
+                        + 7 * r.loaded.config.state_bytes_per_stream()) / (1 << 30)
+    sched = r.scheduler(tight)
+    events = []
+    done = run_to_end(sched, [r.sequence(i, tight, None, p, events.append, q) for i, q in enumerate(prompts, 1)])
+    assert any(isinstance(e, Queued) and e.reason.startswith("paused") for e in events)
+    assert [done[i].text for i in (1, 2, 3)] == solo

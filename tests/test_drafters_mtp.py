@@ -93,7 +93,9 @@ def test_plan_counts_the_head_layer_and_the_window_state(qwen):
     drafted = make_plan(cfg, s, free_bytes=1 << 34)
     per_layer = cfg.kv_bytes_per_token("bf16") // len(cfg.attention_layers)
     assert drafted.page_bytes == plain.page_bytes + s.page_tokens * per_layer
-    assert drafted.state_bytes == plain.state_bytes * (s.draft_tokens + 1)
+    n, k, per = s.parallel, s.draft_tokens, cfg.state_bytes_per_stream()
+    # slots and a scratch slot per window row, and one checkpoint slot per stream
+    assert (plain.state_bytes, drafted.state_bytes) == ((2 * n + 1) * per, ((n + 1) * (k + 1) + n) * per)
     assert drafted.draft_layers == 1 and "drafter mtp (3 drafts per window)" in drafted.line
     cache = r.scheduler(s).cache
     assert len(cache.k) == len(cfg.attention_layers) + 1

@@ -4,6 +4,7 @@ import threading
 import pytest
 
 from engine import (
+    DeviceLostError,
     Engine,
     EngineSettings,
     Failed,
@@ -62,6 +63,43 @@ def test_bad_requests_and_models_say_why():
     eng.shutdown()
     with pytest.raises(LanechatError, match="unknown synthetic model"):
         Engine(settings(model="synthetic:nope"), log=lambda m: None).start()
+
+
+def test_a_device_fault_interrupts_every_stream_and_restarts_the_engine():
+    eng = Engine(settings(), log=lambda m: None)
+    built = []
+
+    def attach(sched):
+        built.append(sched)
+        if len(built) == 1:  # the first engine's device faults on its first decode step
+            def lost(rows):
+                if not rows.prompt:
+                    raise DeviceLostError("illegal address")
+            sched.after_forward = lost
+    eng.on_scheduler = attach
+    eng.start()
+    got = {1: [], 2: []}
+    done = {1: threading.Event(), 2: threading.Event()}
+
+    def on(e):
+        got[e.request_id].append(e)
+        if isinstance(e, (Failed, Finished)):
+            done[e.request_id].set()
+    long = SamplingParams(temperature=0, max_tokens=50, ignore_eos=True)
+    for text in ("one", "two"):
+        eng.submit([{"role": "user", "content": text}], long, on)
+    assert done[1].wait(30) and done[2].wait(30)
+    ends = [got[i][-1] for i in (1, 2)]
+    assert all(isinstance(e, Failed) and e.message.startswith("interrupted: ") and "illegal address" in e.message
+               for e in ends)
+    assert ends[0].message == ends[1].message
+    again = threading.Event()
+    after = []
+    eng.submit([{"role": "user", "content": "three"}], SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
+               lambda e: (after.append(e), isinstance(e, Finished) and again.set()))
+    assert again.wait(30) and after[-1].tokens == 5  # on the restarted engine
+    assert eng.restarts == 1 and len(built) == 2
+    eng.shutdown()
 
 
 def test_shutdown_cancels_in_flight_requests():

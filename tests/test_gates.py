@@ -11,6 +11,20 @@ from engine.ops.numpy_backend import NumpyBackend
 from engine.settings import EngineSettings
 
 
+def test_resume_and_cache_rows_at_the_seeds_first_offset(tmp_path):
+    """A prompt ending at 4796 (context 16384, a checkpoint whose positions reach 32768): its
+    follow-up through a snapshot file and its shared prefixes through the prompt cache."""
+    from ckpt import tiny_llama_config, write_hf
+    cfg = tiny_llama_config()
+    cfg["max_position_embeddings"] = 32768
+    write_hf(tmp_path, cfg, seed=0)
+    s = EngineSettings(model=str(tmp_path), backend="numpy", parallel=8, context=16384)
+    table = gates.run(s, [], 2, True, log=lambda m: None, offsets=[4796], dtypes=("fp8",))
+    assert gates.passed(table), gates.render(table)
+    col = table[f"{tmp_path.name} fp8"]
+    assert col["resumed from disk == uninterrupted"] == (3, 3) and col["prompt-cache hit == cold"] == (6, 6)
+
+
 def run(name: str, quick: bool = True, max_tokens: int = 12):
     s = EngineSettings(model=f"synthetic:{name}", backend="numpy", parallel=8, context=1024)
     return gates.run(s, gates.load_chats(None), max_tokens, quick, log=lambda m: None)

@@ -2,8 +2,8 @@
 import pytest
 
 from engine.engine import Runner, run_to_end
-from engine.errors import RequestError
-from engine.events import Finished, Queued, Started, Token
+from engine.errors import DeviceLostError, RequestError
+from engine.events import Failed, Finished, Queued, Started, Token
 from engine.settings import EngineSettings, SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
@@ -82,25 +82,70 @@ def test_pool_exhaustion_never_corrupts_a_stream():
     assert sched.lanes.pool.used == 0
 
 
-def test_a_failing_prompt_fails_its_stream_alone(monkeypatch):
+def test_a_failing_prompt_fails_its_stream_alone():
     r, s = runner(parallel=2)
     sched = r.scheduler(s)
-    real = r.model.forward
 
-    def forward(rows, cache):
+    def poison(rows):
         if rows.prompt and 13 in rows.tokens.tolist():
             raise RuntimeError("poisoned prompt")
-        return real(rows, cache)
 
-    monkeypatch.setattr(r.model, "forward", forward)
+    sched.after_forward = poison
     events = []
     good = r.sequence(1, s, None, GREEDY, events.append, prompts(1)[0])
     bad = r.sequence(2, s, None, GREEDY, events.append, [1, 13, 14, 15])
     done = run_to_end(sched, [good, bad])
     assert done[1].tokens == 24
-    failed = [e for e in events if type(e).__name__ == "Failed"]
+    failed = [e for e in events if isinstance(e, Failed)]
     assert [e.request_id for e in failed] == [2] and "poisoned prompt" in failed[0].message
     assert sched.lanes.pool.used == 0
+
+
+@pytest.mark.parametrize("model", ["synthetic:tiny-llama", "synthetic:tiny-qwen3.5"])
+def test_an_error_in_a_batched_decode_fails_only_its_stream(model):
+    """The step raises after every row's state moved on: the rows' recurrent state is put back,
+    they run again one by one, and the stream that raises alone fails; the others equal solo."""
+    r, s = runner(model=model, parallel=4)
+    solo = {i: run_to_end(r.scheduler(s), [r.sequence(i, s, None, GREEDY, lambda e: None, p)])[i]
+            for i, p in enumerate(prompts(4), 1)}
+    sched = r.scheduler(s)
+    events = []
+    seqs = [r.sequence(i, s, None, GREEDY, events.append, p) for i, p in enumerate(prompts(4), 1)]
+    bad = seqs[2]
+    batches = []
+
+    def fault(rows):
+        if not rows.prompt:
+            batches.append(len(rows))
+        if not rows.prompt and bad.lane is not None and bad.lane.index in rows.lanes.tolist() \
+                and bad.generated >= 5:
+            raise ValueError("row of stream 3 went wrong")
+
+    sched.after_forward = fault
+    done = run_to_end(sched, seqs)
+    failed = [e for e in events if isinstance(e, Failed)]
+    assert [e.request_id for e in failed] == [3] and "stream 3 went wrong" in failed[0].message
+    assert bad.generated == 5
+    for i in (1, 2, 4):
+        assert done[i].text == solo[i].text and done[i].tokens == 24
+    assert max(batches) == 4  # the fault struck batched steps
+    assert sched.lanes.pool.used == 0
+
+
+def test_a_device_fault_leaves_the_step_for_the_engine():
+    r, s = runner(parallel=2)
+    sched = r.scheduler(s)
+
+    def lost(rows):
+        if not rows.prompt:
+            raise DeviceLostError("the device fell off the bus")
+
+    sched.after_forward = lost
+    for i, p in enumerate(prompts(2), 1):
+        sched.add(r.sequence(i, s, None, GREEDY, lambda e: None, p))
+    with pytest.raises(DeviceLostError, match="fell off"):
+        for _ in range(10):
+            sched.step()
 
 
 def test_the_step_observer_sees_every_decode_step():

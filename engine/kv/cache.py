@@ -3,7 +3,9 @@
 It holds the K/V pages of the attention layers, `[pages, page_tokens, kv_heads, head_dim]` per
 layer (windows and pool pages alike, plus one scratch page that padding rows write), and the
 per-lane recurrent slots of the hybrid layers, `[lanes + 1, ...]` fp32 per array (the last slot is
-scratch: padding rows carry lane -1). A scheduler owns one cache; nothing else holds stream state.
+scratch: padding rows carry lane -1), with one checkpoint slot per lane beside them: a batched
+step that raises puts every row's state back from there (`checkpoint` / `rollback`). A scheduler
+owns one cache; nothing else holds stream state.
 
 Verify windows (speculative decoding, k drafts): the recurrent arrays hold k + 1 blocks of
 `lanes + 1` slots. Window row j of lane L steps slot `L + j·(lanes + 1)` (row 0: the lane's own),
@@ -102,7 +104,8 @@ class Cache:
         need = layers * 2 * int(np.prod(shape)) * stored.itemsize
         if kv_dtype == "fp8":
             need += layers * 2 * int(np.prod(shape[:3])) * 4
-        need += slots_total * sum(4 * int(np.prod(s)) for group in state_shapes for s in group)
+        # The slots (k + 1 blocks with a scratch slot each), and a checkpoint slot per lane.
+        need += (slots_total + lanes) * sum(4 * int(np.prod(s)) for group in state_shapes for s in group)
         free = backend.free_memory()
         if need > free:
             raise PlanError(f"the KV cache needs {need / GIB:.2f} GiB but the {backend.device} has {free / GIB:.2f} "
@@ -115,6 +118,7 @@ class Cache:
             for a in self.k_scale + self.v_scale:
                 a[...] = 1  # the scale of an all-zero head
         self.state = [tuple(backend.zeros((slots_total, *s), np.float32) for s in group) for group in state_shapes]
+        self._saved = [tuple(backend.zeros((lanes, *s), np.float32) for s in group) for group in state_shapes]
         self._b = backend
 
     # --- layout ---------------------------------------------------------------------------
@@ -131,7 +135,7 @@ class Cache:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for g in self._kv_arrays() for a in g) + sum(a.nbytes for g in self.state for a in g)
+        return sum(a.nbytes for g in self._kv_arrays() + self.state + self._saved for a in g)
 
     # --- per-lane state -------------------------------------------------------------------
     def reset(self, lane: int) -> None:
@@ -162,6 +166,40 @@ class Cache:
         for group in self.state:
             for a in group:
                 a[lane] = a[src]
+
+    def checkpoint(self, lanes: list[int]) -> None:
+        """Copy these lanes' recurrent slots aside, on the device (before a batched step)."""
+        idx = self._b.asarray(np.asarray(lanes, np.int64))
+        for group, saved in zip(self.state, self._saved):
+            for a, s in zip(group, saved):
+                s[idx] = a[idx]
+
+    def rollback(self, lanes: list[int]) -> None:
+        """Put back the recurrent slots `checkpoint` copied (K/V need nothing: a step that runs
+        again rewrites the same rows with the same bits before anything reads them)."""
+        idx = self._b.asarray(np.asarray(lanes, np.int64))
+        for group, saved in zip(self.state, self._saved):
+            for a, s in zip(group, saved):
+                a[idx] = s[idx]
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of the recurrent slots and their checkpoints (what the plan's state_bytes counts)."""
+        return sum(a.nbytes for g in self.state + self._saved for a in g)
+
+    @property
+    def stateful(self) -> bool:
+        """Whether streams carry recurrent state (a hybrid model)."""
+        return bool(self.state)
+
+    def copy_pages(self, src: list[int], dst: list[int]) -> None:
+        """Copy whole pages (every attention layer's K/V bits), on the device."""
+        if not src:
+            return
+        s, d = (self._b.asarray(np.asarray(p, np.int64)) for p in (src, dst))
+        for group in self._kv_arrays():
+            for a in group:
+                a[d] = a[s]
 
     def read(self, lane: Lane, n: int) -> LaneState:
         """Host copies of the lane's first n positions of K/V and of its recurrent slots."""

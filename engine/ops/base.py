@@ -54,6 +54,10 @@ class Backend(Protocol):
 
     def synchronize(self) -> None: ...
 
+    def device_lost(self, error: BaseException) -> bool:
+        """Whether `error` left the device unusable (a sticky fault: the engine must restart),
+        as opposed to an error of one computation that the other streams survive."""
+
     # --- elementwise and norms ---------------------------------------------------------------
     def embed(self, table: Array, ids: Array) -> Array: ...
 

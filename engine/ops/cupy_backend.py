@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..config import ModelConfig
-from ..errors import BackendError
+from ..errors import BackendError, DeviceLostError
 from ..kv.cache import Cache
 from ..memory import gpu_free_bytes, is_unified
 from ..rows import Rows
@@ -48,6 +48,11 @@ from . import cupy_graphs, cupy_weights
 from .cupy_lazy import Heads, Lazy, Normed, Residual, SiluMul, aligned_rows, unit_rows
 from .cupy_qwen3_5 import Qwen35Ops
 from .cupy_weights import QWeight
+
+# cudaError_t / CUresult codes after which the context is unusable (the same numbers in both APIs):
+# ECC uncorrectable, NVLink uncorrectable, illegal address, launch timeout, assert, hardware stack
+# error, illegal instruction, misaligned address, invalid address space, invalid PC, launch failure.
+STICKY_CUDA_ERRORS = frozenset({214, 220, 700, 702, 710, 714, 715, 716, 717, 718, 719})
 
 
 class CupyBackend(Qwen35Ops):
@@ -111,6 +116,14 @@ class CupyBackend(Qwen35Ops):
         self._use()
         self._flush_kv()
         self.stream.synchronize()
+
+    def device_lost(self, error: BaseException) -> bool:
+        """A sticky CUDA error (an illegal address, a failed launch, a trap...): the context is
+        lost for this process; any other error is one computation's."""
+        if isinstance(error, DeviceLostError):
+            return True
+        kinds = (cupy.cuda.runtime.CUDARuntimeError, cupy.cuda.driver.CUDADriverError)
+        return isinstance(error, kinds) and getattr(error, "status", None) in STICKY_CUDA_ERRORS
 
     # --- helpers --------------------------------------------------------------------------
     def _m(self, x):

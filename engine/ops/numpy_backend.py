@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import DeviceLostError
 from ..kv.cache import F32, decode_kv, encode_kv, slots
 from ..memory import system_free_bytes
 from ..sampling import sample
@@ -48,6 +49,10 @@ class NumpyBackend:
 
     def synchronize(self) -> None:
         pass
+
+    def device_lost(self, error: BaseException) -> bool:
+        """Host memory is never lost; a DeviceLostError (raised by a fault hook) stands for one."""
+        return isinstance(error, DeviceLostError)
 
     # --- elementwise and norms -------------------------------------------------------------
     def embed(self, table: np.ndarray, ids: np.ndarray) -> np.ndarray:

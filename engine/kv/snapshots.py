@@ -1,0 +1,161 @@
+"""Snapshots: a stream stopped between steps, in host memory and as a file on disk.
+
+The file is safetensors: the token ids, every attention layer's K/V rows as stored bits (plus fp8
+scales) and every recurrent layer's arrays, with a header naming the model fingerprint
+(`engine.fingerprint`), the K/V dtype, the page size it ran with, the hash of its token ids and
+an xxh3 checksum of every tensor's bytes. It is written to a temp file and renamed, so a full disk
+or a kill leaves the old file whole. A file whose format, fingerprint, dtype or checksum does not
+match is refused (SnapshotError says why): its conversation is recomputed, never continued from
+the wrong state.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import xxhash
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
+
+from ..errors import LanechatError
+from .cache import LaneState
+
+FORMAT = "lanechat-kv"
+VERSION = 1
+
+
+class SnapshotError(LanechatError):
+    """A snapshot file that cannot be used here (damaged, foreign, another model or K/V dtype)."""
+
+
+@dataclass
+class Snapshot:
+    """A stream stopped between steps: its tokens and, on the host, its state in the cache."""
+    tokens: list[int]
+    prompt_len: int
+    cache: LaneState  # K/V rows of the first cache.n tokens and the recurrent state after them
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.cache.kv_dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.cache.nbytes
+
+    def continues(self, ids: list[int]) -> bool:
+        """Whether a prompt goes on from this snapshot: its state covers a prefix of `ids` and
+        at least one position of `ids` is left to compute."""
+        n = self.cache.n
+        return len(ids) > n and ids[:n] == self.tokens[:n]
+
+
+def _tensors(snap: Snapshot) -> dict[str, np.ndarray]:
+    out = {"tokens": np.asarray(snap.tokens, np.int32)}
+    for layer, arrays in enumerate(snap.cache.kv):
+        for j, a in enumerate(arrays):
+            out[f"kv.{layer}.{j}"] = np.ascontiguousarray(a)
+    for i, arrays in enumerate(snap.cache.state):
+        for j, a in enumerate(arrays):
+            out[f"state.{i}.{j}"] = np.ascontiguousarray(a)
+    return out
+
+
+def _checksum(tensors: dict[str, np.ndarray]) -> str:
+    h = xxhash.xxh3_64()
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(memoryview(np.ascontiguousarray(tensors[name])).cast("B"))
+    return h.hexdigest()
+
+
+def token_hash(tokens: list[int]) -> str:
+    return xxhash.xxh3_64_hexdigest(np.asarray(tokens, np.int32).tobytes())
+
+
+def save(path: Path, snap: Snapshot, fingerprint: str, page_tokens: int) -> int:
+    """Write the snapshot atomically (temp file, fsync, rename); returns the file's size. On any
+    error (OSError: a full disk) the temp file is removed and an older file at `path` is left as
+    it was."""
+    tensors = _tensors(snap)
+    meta = {"format": FORMAT, "version": str(VERSION), "fingerprint": fingerprint, "kv_dtype": snap.kv_dtype,
+            "page_tokens": str(page_tokens), "n": str(snap.cache.n), "prompt_len": str(snap.prompt_len),
+            "kv_layers": str(len(snap.cache.kv)), "state_layers": str(len(snap.cache.state)),
+            "tokens_hash": token_hash(snap.tokens), "checksum": _checksum(tensors)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        try:
+            save_file(tensors, tmp, metadata=meta)
+        except SafetensorError as e:  # its I/O errors (a full disk) are OSErrors to the caller
+            raise OSError(f"{path.name}: {e}") from None
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path.stat().st_size
+
+
+def load(path: Path, fingerprint: str, kv_dtype: str) -> Snapshot:
+    """The snapshot in `path`, checked against this engine; SnapshotError names what is wrong."""
+    try:
+        with safe_open(str(path), "numpy") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != FORMAT or meta.get("version") != str(VERSION):
+                raise SnapshotError(f"{path.name}: not a Lanechat KV snapshot of format {VERSION}")
+            if meta.get("fingerprint") != fingerprint:
+                raise SnapshotError(f"{path.name}: taken with another model, engine version or backend")
+            if meta.get("kv_dtype") != kv_dtype:
+                raise SnapshotError(f"{path.name}: holds {meta.get('kv_dtype')} K/V, the engine runs {kv_dtype}")
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+    except SnapshotError:
+        raise
+    except (SafetensorError, OSError, ValueError, KeyError, TypeError) as e:
+        raise SnapshotError(f"{path.name}: unreadable ({type(e).__name__}: {e})") from None
+    if _checksum(tensors) != meta.get("checksum"):
+        raise SnapshotError(f"{path.name}: checksum mismatch (the file is damaged)")
+    try:
+        n, kv_layers, state_layers = int(meta["n"]), int(meta["kv_layers"]), int(meta["state_layers"])
+        tokens = tensors["tokens"].astype(np.int64).tolist()
+        kv = [tuple(tensors[f"kv.{layer}.{j}"] for j in range(_count(tensors, f"kv.{layer}.")))
+              for layer in range(kv_layers)]
+        state = [tuple(tensors[f"state.{i}.{j}"] for j in range(_count(tensors, f"state.{i}.")))
+                 for i in range(state_layers)]
+        prompt_len = int(meta["prompt_len"])
+    except (KeyError, ValueError) as e:
+        raise SnapshotError(f"{path.name}: inconsistent header ({e})") from None
+    if token_hash(tokens) != meta.get("tokens_hash") or not 0 < n < len(tokens) + 1 or any(
+            a.shape[0] != n for group in kv for a in group):
+        raise SnapshotError(f"{path.name}: inconsistent header (tokens and rows disagree)")
+    return Snapshot(tokens, prompt_len, LaneState(n, kv_dtype, kv, state))
+
+
+def _count(tensors: dict, prefix: str) -> int:
+    return sum(1 for name in tensors if name.startswith(prefix) and name[len(prefix):].isdigit())
+
+
+def prune(folder: Path, budget_bytes: int, keep: Path | None = None) -> list[Path]:
+    """Remove the oldest snapshot files (by modification time) until the folder's files fit the
+    budget; `keep` (the one just written) stays. Temp files a killed write left go too (the one
+    writer calls this between its writes). Returns what was removed."""
+    removed = []
+    for tmp in folder.glob(".*.kv.*.tmp"):
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    files = sorted((p for p in folder.glob("*.kv") if p.is_file()), key=lambda p: p.stat().st_mtime)
+    total = sum(p.stat().st_size for p in files)
+    for p in files:
+        if total <= budget_bytes:
+            break
+        if keep is not None and p == keep:
+            continue
+        total -= p.stat().st_size
+        p.unlink(missing_ok=True)
+        removed.append(p)
+    return removed
