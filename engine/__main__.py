@@ -316,7 +316,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--decode-tokens", type=tokens, default=256)
     b.add_argument("--history", type=whole_list(1, MAX_CONTEXT), default=[8192], metavar="N,N,...",
                    help="cells of one stream decoding after a prompt of N tokens (a chat with history)")
-    b.add_argument("--profile", action="store_true", help="the per-kernel breakdown of one decode step (GPU)")
+    b.add_argument("--profile", action="store_true",
+                   help="the per-kernel breakdown of one decode step and one prompt chunk (GPU)")
     b.set_defaults(fn=cmd_bench)
 
     st = sub.add_parser("bench-start", help="time from launch to ready and to the first token, by stage")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .bench_profile import format_profile, profile_step
+from .bench_profile import format_profile, profile_chunk, profile_step
 from .errors import PlanError
 from .settings import EngineSettings, SamplingParams
 
@@ -356,6 +356,9 @@ def main(a) -> int:
     print(format_table(cells))
     if getattr(a, "profile", False):
         print(format_profile(profile_step(runner, sched), b.name))
+        start = max(0, (max(a.prompt_lengths) - s.prefill_chunk) // s.prefill_chunk * s.prefill_chunk)
+        print(format_profile(profile_chunk(runner, sched, start), b.name,
+                             f"one prompt chunk of {s.prefill_chunk} rows at positions {start}.."))
     if b.name == "cupy":
         g = b.graph_stats()
         print(f"decode graphs replayed: {g.captured} batch sizes captured, {len(g.failed)} failed, "

@@ -1,6 +1,6 @@
-"""`bench --profile`: the kernels of one decode step, each timed by CUDA events (graphs off, so every
-kernel launches on its own, queued behind a wait so that no event pair counts launch time), grouped
-by kernel and grid, largest first."""
+"""`bench --profile`: the kernels of one decode step and of one prompt chunk, each timed by CUDA events
+(graphs off, so every kernel launches on its own, queued behind a wait so that no event pair counts
+launch time), grouped by kernel and grid, largest first."""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -41,14 +41,43 @@ def profile_step(runner, sched, position: int = PROFILE_POSITION) -> list[tuple[
         sched.lanes.release(lane)
 
 
-def format_profile(launches: list[tuple[str, tuple, float]], backend: str) -> str:
+def profile_chunk(runner, sched, start: int) -> list[tuple[str, tuple, float]]:
+    """(kernel, grid, µs) of every launch of one prompt chunk (the scheduler's chunk size) of one
+    stream whose positions start at `start`, a multiple of the chunk: its attention reads `start`
+    earlier positions. Empty on a backend without kernels."""
+    b = runner.backend
+    if b.name != "cupy":
+        return []
+    import kernels
+    C = sched.s.prefill_chunk
+    lane = sched.lanes.acquire()
+    if lane is None or not sched.lanes.ensure(lane, start + C):
+        raise PlanError("bench --profile needs a free lane with room for its prompt chunk")
+    pos = np.arange(start, start + C)
+    rows = Rows(np.full(C, 17), pos, np.tile(sched.lanes.table(lane), (C, 1)), np.full(C, lane.index), True, C,
+                np.array([C - 1]))
+    try:
+        runner.model.forward(rows, sched.cache)  # every kernel loaded
+        b.synchronize()
+        with kernels.timing() as timer:
+            timer.backlog(1000.0)
+            runner.model.forward(rows, sched.cache)
+            b.synchronize()
+        return timer.rows()
+    finally:
+        sched.cache.reset(lane.index)
+        sched.lanes.release(lane)
+
+
+def format_profile(launches: list[tuple[str, tuple, float]], backend: str,
+                   what: str = f"one decode step, 1 stream at position {PROFILE_POSITION}") -> str:
     if not launches:
         return f"profile: the {backend} backend launches no kernels; nothing to break down"
     groups: OrderedDict[tuple[str, tuple], list[float]] = OrderedDict()
     for name, grid, us in launches:
         groups.setdefault((name, grid), []).append(us)
     total = sum(us for _, _, us in launches)
-    lines = [f"profile: one decode step, 1 stream at position {PROFILE_POSITION}, graphs off: "
+    lines = [f"profile: {what}, graphs off: "
              f"{len(launches)} launches, {total:,.1f} µs of kernels",
              "kernel\tgrid\tlaunches\tµs each\tµs\tshare"]
     for (name, grid), times in sorted(groups.items(), key=lambda kv: -sum(kv[1])):

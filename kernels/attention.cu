@@ -316,121 +316,249 @@ __global__ void __launch_bounds__(128) attn_decode(const float* __restrict__ q, 
   if (tid == 0) cnt[0] = 0;
 }
 
-// Causal attention of a prompt chunk: n rows of one lane (its page table is the first row's),
-// row r over keys 0..positions[r]. grid = (ceil(n / QR), KH), block = 256; each block holds QR rows
-// x G heads of queries and walks key tiles of KT positions from 0 (online softmax). A row's result
-// depends only on its own position and keys.
-template <int KV8>
-__global__ void __launch_bounds__(256) attn_prompt(const float* __restrict__ q, i64 qs0, i64 qs1,
-                                                   const float* __restrict__ qnw, float qeps,
-                                                   const double* __restrict__ inv, int half,
-                                                   const int* __restrict__ positions, const int* __restrict__ tables,
-                                                   int pt, const void* __restrict__ kc, const void* __restrict__ vc,
-                                                   const float* __restrict__ ksc, const float* __restrict__ vsc,
-                                                   int KH, int G, int D, float scale, int n, int QR, int KT,
-                                                   float* __restrict__ out) {
-  extern __shared__ float sm[];
-  __shared__ int pos_s[64];
+// Causal attention of a prompt chunk on tensor cores: n rows of one lane (its page table is the
+// first row's), row r over keys 0..positions[r]. A block holds QR = 16 NW / G rows x G heads of one
+// kv head (query vector i = r G + g; the rest of its 16 NW are copies of its first, never written),
+// one warp per 16 of them, and walks key tiles of BK positions from 0 with an online softmax in
+// base 2. Products are near fp32: q * scale * log2(e) and the probabilities are split into bf16
+// hi + lo (two MMAs each); K and V are exact in bf16, fp8 ones too, with their per-key scales applied
+// to the scores and to the probabilities. A query's result depends on its position and keys only:
+// tiles past it add exact zeros, whatever else its block holds. Keys are split at absolute
+// multiples of KS (blockIdx.z): each block leaves its split's (max, sum, unnormalised output) per
+// query in part[row][head][split][D + 2], and attn_prompt_merge adds a row's splits in order.
+// grid = (ceil(n / QR), KH, splits), block = 32 NW; DT = D padded to the kernel's width (zero dims).
+template <int KV8, int DT, int BK, int NW>
+__global__ void __launch_bounds__(32 * NW) attn_prompt(const float* __restrict__ q, i64 qs0, i64 qs1,
+                                                       const float* __restrict__ qnw, float qeps,
+                                                       const double* __restrict__ inv, int half,
+                                                       const int* __restrict__ positions,
+                                                       const int* __restrict__ tables, int pt,
+                                                       const void* __restrict__ kc, const void* __restrict__ vc,
+                                                       const float* __restrict__ ksc, const float* __restrict__ vsc,
+                                                       int KH, int G, int D, float scale, int n, int KS,
+                                                       float* __restrict__ part) {
+  constexpr int QV = 16 * NW, P = DT + 8, NS = BK / 8, NO = DT / 8;  // P: row pitch in bf16
+  const float NEG = -__int_as_float(0x7f800000);
+  extern __shared__ __align__(16) u16 sq[];
+  u16* qh = sq;             // [QV][P] query hi
+  u16* ql = qh + QV * P;    // [QV][P] query lo
+  u16* kt = ql + QV * P;    // [BK][P] key tile
+  u16* vt = kt + BK * P;    // [BK][P] value tile
+  float* scr = (float*)(vt + BK * P);  // [NW][DT] a query vector as load_head leaves it
+  float* ks_s = scr + NW * DT;         // [BK] fp8 key scales of the tile
+  float* vs_s = ks_s + BK;             // [BK] fp8 value scales
+  __shared__ int pos_s[QV];
   __shared__ int maxpos_s;
-  const int kh = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int H = KH * G, QV = QR * G;
-  const int rbase = blockIdx.x * QR;
-  float* q_s = sm;                    // [QV][D]
-  float* k_s = q_s + QV * D;          // [KT][D + 1]
-  float* v_s = k_s + KT * (D + 1);    // [KT][D]
-  float* s_s = v_s + KT * D;          // [QV][KT]
-  float* m_s = s_s + QV * KT;         // [QV]
-  float* l_s = m_s + QV;              // [QV]
-  float* a_s = l_s + QV;              // [QV]
+  const int kh = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int QR = QV / G, rbase = blockIdx.x * QR, H = KH * G;
+  const float c = scale * 1.4426950408889634f;
 
-  if (tid < QR) pos_s[tid] = rbase + tid < n ? positions[rbase + tid] : 0;
+  for (int i = warp; i < QV; i += NW) {
+    const bool real = i < QR * G;
+    const int hg = real ? i % G : 0, row = min(rbase + (real ? i / G : 0), n - 1);
+    float* d = scr + warp * DT;
+    load_head(d, q, (i64)row * qs0 + (i64)(kh * G + hg) * qs1, D, qnw, qeps, positions, row, inv, half, lane);
+    for (int e = 2 * lane; e < DT; e += 64) {
+      u32 hi, lo;
+      split_bf16(e < D ? d[e] * c : 0.0f, e + 1 < D ? d[e + 1] * c : 0.0f, hi, lo);
+      *(u32*)(qh + i * P + e) = hi;
+      *(u32*)(ql + i * P + e) = lo;
+    }
+    if (lane == 0) pos_s[i] = positions[row];
+    __syncwarp();
+  }
+  for (int idx = tid; idx < BK * (DT - D); idx += 32 * NW) {  // dims past D stay zero in every tile
+    const int j = idx / (DT - D), e = D + idx % (DT - D);
+    kt[j * P + e] = 0;
+    vt[j * P + e] = 0;
+  }
   __syncthreads();
   if (tid == 0) {
     int mp = 0;
-    for (int r = 0; r < QR; ++r) mp = max(mp, pos_s[r]);
+    for (int i = 0; i < QV; ++i) mp = max(mp, pos_s[i]);
     maxpos_s = mp;
   }
-  for (int qv = warp; qv < QV; qv += 8) {
-    const int r = qv / G, g = qv % G;
-    const int row = min(rbase + r, n - 1);
-    load_head(q_s + qv * D, q, (i64)row * qs0 + (i64)(kh * G + g) * qs1, D, qnw, qeps, positions, row, inv, half, lane);
-  }
-  for (int qv = tid; qv < QV; qv += 256) { m_s[qv] = -__int_as_float(0x7f800000); l_s[qv] = 0.0f; }
   __syncthreads();
-  const int maxpos = maxpos_s;
-  const int* tab = tables;  // every row of a prompt chunk shares its lane's table: the first row's
-  const int nout = QV * D;
-  float o[16];
+  const int maxpos = maxpos_s, pa = pos_s[warp * 16 + g], pb = pos_s[warp * 16 + g + 8];
+  const int kbeg = blockIdx.z * KS, kend = min(kbeg + KS - 1, maxpos);
+  if (kbeg > maxpos) return;  // no row of this block reaches the split: none reads its part
+  float o[NO][4];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) o[i] = 0.0f;
+  for (int j = 0; j < NO; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  float ma = NEG, mb = NEG, la = 0.0f, lb = 0.0f;
+  // this lane's ldmatrix rows: A (queries) row and column half, B (keys / values) row and half
+  const int arow = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, acol = (lane >> 4) * 8;
+  const int brow = (lane & 7) + (lane >> 4) * 8, bcol = ((lane >> 3) & 1) * 8;
+  const int vrow = (lane & 7) + ((lane >> 3) & 1) * 8, vcol = (lane >> 4) * 8;
 
-  for (int k0 = 0; k0 <= maxpos; k0 += KT) {
-    // K and V tiles (decoded, fp8 scaled) into shared memory
-    for (int idx = tid; idx < KT * D; idx += 256) {
-      const int j = idx / D, d = idx % D, p = k0 + j;
-      float kvv = 0.0f, vvv = 0.0f;
-      if (p <= maxpos) {
-        const i64 sl = slot_of(tab, p, pt);
-        const i64 e = (sl * KH + kh) * D + d;
-        kvv = kv_elem<KV8>(kc, e);
-        vvv = kv_elem<KV8>(vc, e);
+  for (int k0 = kbeg; k0 <= kend; k0 += BK) {
+    __syncthreads();  // the previous tile is read
+    if (!KV8) {
+      const int ch = D / 8;
+      for (int idx = tid; idx < BK * ch; idx += 32 * NW) {
+        const int j = idx / ch, cc = idx % ch, p = k0 + j;
+        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+        if (p <= maxpos) {
+          const i64 e = (slot_of(tables, p, pt) * KH + kh) * D + cc * 8;
+          kv = *(const uint4*)((const u16*)kc + e);
+          vv = *(const uint4*)((const u16*)vc + e);
+        }
+        *(uint4*)(kt + j * P + cc * 8) = kv;
+        *(uint4*)(vt + j * P + cc * 8) = vv;
+      }
+    } else {
+      const int ch = D / 16;
+      for (int idx = tid; idx < BK * ch; idx += 32 * NW) {
+        const int j = idx / ch, cc = idx % ch, p = k0 + j;
+        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+        if (p <= maxpos) {
+          const i64 e = (slot_of(tables, p, pt) * KH + kh) * D + cc * 16;
+          kv = *(const uint4*)((const u8*)kc + e);
+          vv = *(const uint4*)((const u8*)vc + e);
+        }
+        const u32 kw[4] = {kv.x, kv.y, kv.z, kv.w}, vw[4] = {vv.x, vv.y, vv.z, vv.w};
+        u32 kb[8], vb[8];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {  // e4m3 values are exact in bf16: its upper 16 bits
+            const u32 k2 = kw[w] >> (16 * h), v2 = vw[w] >> (16 * h);
+            kb[2 * w + h] = (__float_as_uint(fp8_to_f32(k2 & 0xffu)) >> 16) |
+                            (__float_as_uint(fp8_to_f32((k2 >> 8) & 0xffu)) & 0xffff0000u);
+            vb[2 * w + h] = (__float_as_uint(fp8_to_f32(v2 & 0xffu)) >> 16) |
+                            (__float_as_uint(fp8_to_f32((v2 >> 8) & 0xffu)) & 0xffff0000u);
+          }
+        }
+        *(uint4*)(kt + j * P + cc * 16) = make_uint4(kb[0], kb[1], kb[2], kb[3]);
+        *(uint4*)(kt + j * P + cc * 16 + 8) = make_uint4(kb[4], kb[5], kb[6], kb[7]);
+        *(uint4*)(vt + j * P + cc * 16) = make_uint4(vb[0], vb[1], vb[2], vb[3]);
+        *(uint4*)(vt + j * P + cc * 16 + 8) = make_uint4(vb[4], vb[5], vb[6], vb[7]);
+      }
+      for (int j = tid; j < BK; j += 32 * NW) {
+        const int p = k0 + j;
+        const i64 sl = p <= maxpos ? slot_of(tables, p, pt) * KH + kh : 0;
+        ks_s[j] = p <= maxpos ? ksc[sl] : 0.0f;
+        vs_s[j] = p <= maxpos ? vsc[sl] : 0.0f;
+      }
+    }
+    __syncthreads();
+    // scores: s[j] = rows (g, g + 8) x keys k0 + 8j + 2t, +1 of this warp's 16 queries
+    float s[NS][4];
+#pragma unroll
+    for (int j = 0; j < NS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < DT / 16; ++kk) {
+      u32 ah[4], al[4];
+      ldsm4(ah, qh + arow * P + kk * 16 + acol);
+      ldsm4(al, ql + arow * P + kk * 16 + acol);
+#pragma unroll
+      for (int jp = 0; jp < NS / 2; ++jp) {
+        u32 b[4];
+        ldsm4(b, kt + (jp * 16 + brow) * P + kk * 16 + bcol);
+        mma_bf16(s[2 * jp], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
+        mma_bf16(s[2 * jp], al[0], al[1], al[2], al[3], b[0], b[1]);
+        mma_bf16(s[2 * jp + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
+        mma_bf16(s[2 * jp + 1], al[0], al[1], al[2], al[3], b[2], b[3]);
+      }
+    }
+    float ta = NEG, tb = NEG;
+#pragma unroll
+    for (int j = 0; j < NS; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int jj = 8 * j + 2 * t + e, p = k0 + jj;
         if (KV8) {
-          kvv = __fmul_rn(kvv, ksc[sl * KH + kh]);
-          vvv = __fmul_rn(vvv, vsc[sl * KH + kh]);
+          s[j][e] *= ks_s[jj];
+          s[j][2 + e] *= ks_s[jj];
+        }
+        if (p > pa) s[j][e] = NEG;
+        if (p > pb) s[j][2 + e] = NEG;
+        ta = fmaxf(ta, s[j][e]);
+        tb = fmaxf(tb, s[j][2 + e]);
+      }
+    }
+    ta = fmaxf(ta, __shfl_xor_sync(FULL_MASK, ta, 1));
+    ta = fmaxf(ta, __shfl_xor_sync(FULL_MASK, ta, 2));
+    tb = fmaxf(tb, __shfl_xor_sync(FULL_MASK, tb, 1));
+    tb = fmaxf(tb, __shfl_xor_sync(FULL_MASK, tb, 2));
+    const float na = fmaxf(ma, ta), nb = fmaxf(mb, tb);
+    const float aa = exp2f(ma - na), ab = exp2f(mb - nb);
+    float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NS; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[j][e] = exp2f(s[j][e] - na);
+        s[j][2 + e] = exp2f(s[j][2 + e] - nb);
+        sa += s[j][e];
+        sb += s[j][2 + e];
+        if (KV8) {
+          s[j][e] *= vs_s[8 * j + 2 * t + e];
+          s[j][2 + e] *= vs_s[8 * j + 2 * t + e];
         }
       }
-      k_s[j * (D + 1) + d] = kvv;
-      v_s[j * D + d] = vvv;
     }
-    __syncthreads();
-    // scores
-    for (int idx = tid; idx < QV * KT; idx += 256) {
-      const int qv = idx / KT, j = idx % KT, p = k0 + j;
-      float a = -__int_as_float(0x7f800000);
-      if (p <= pos_s[qv / G]) {
-        a = 0.0f;
-        for (int d = 0; d < D; ++d) a = fmaf(q_s[qv * D + d], k_s[j * (D + 1) + d], a);
-        a *= scale;
-      }
-      s_s[qv * KT + j] = a;
-    }
-    __syncthreads();
-    // online softmax update, one thread per query vector
-    for (int qv = tid; qv < QV; qv += 256) {
-      const float mo = m_s[qv];
-      float mt = mo;
-      for (int j = 0; j < KT; ++j) mt = fmaxf(mt, s_s[qv * KT + j]);
-      const float alpha = expf(mo - mt);
-      float l = 0.0f;
-      for (int j = 0; j < KT; ++j) {
-        const float p = expf(s_s[qv * KT + j] - mt);
-        s_s[qv * KT + j] = p;
-        l += p;
-      }
-      l_s[qv] = fmaf(l_s[qv], alpha, l);
-      m_s[qv] = mt;
-      a_s[qv] = alpha;
-    }
-    __syncthreads();
-    // weighted values
+    sa += __shfl_xor_sync(FULL_MASK, sa, 1);
+    sa += __shfl_xor_sync(FULL_MASK, sa, 2);
+    sb += __shfl_xor_sync(FULL_MASK, sb, 1);
+    sb += __shfl_xor_sync(FULL_MASK, sb, 2);
+    la = la * aa + sa;
+    lb = lb * ab + sb;
+    ma = na;
+    mb = nb;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int idx = tid + 256 * i;
-      if (idx < nout) {
-        const int qv = idx / D, d = idx % D;
-        float acc = o[i] * a_s[qv];
-        for (int j = 0; j < KT; ++j) acc = fmaf(s_s[qv * KT + j], v_s[j * D + d], acc);
-        o[i] = acc;
+    for (int j = 0; j < NO; ++j) {
+      o[j][0] *= aa; o[j][1] *= aa;
+      o[j][2] *= ab; o[j][3] *= ab;
+    }
+    // o += p v, the probabilities as A fragments straight from the score registers
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      u32 ph[4], pl[4];
+      split_bf16(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+      split_bf16(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+      split_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+      split_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+#pragma unroll
+      for (int dp = 0; dp < NO / 2; ++dp) {
+        u32 b[4];
+        ldsm4t(b, vt + (kk * 16 + vrow) * P + dp * 16 + vcol);
+        mma_bf16(o[2 * dp], ph[0], ph[1], ph[2], ph[3], b[0], b[1]);
+        mma_bf16(o[2 * dp], pl[0], pl[1], pl[2], pl[3], b[0], b[1]);
+        mma_bf16(o[2 * dp + 1], ph[0], ph[1], ph[2], ph[3], b[2], b[3]);
+        mma_bf16(o[2 * dp + 1], pl[0], pl[1], pl[2], pl[3], b[2], b[3]);
       }
     }
-    __syncthreads();
   }
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const int idx = tid + 256 * i;
-    if (idx < nout) {
-      const int qv = idx / D, d = idx % D, r = qv / G, g = qv % G;
-      if (rbase + r < n) out[((i64)(rbase + r) * H + kh * G + g) * D + d] = o[i] / l_s[qv];
+  for (int h2 = 0; h2 < 2; ++h2) {
+    const int i = warp * 16 + g + 8 * h2, r = i / G;
+    if (i >= QR * G || rbase + r >= n) continue;
+    float* dst = part + (((i64)(rbase + r) * H + kh * G + i % G) * gridDim.z + blockIdx.z) * (D + 2);
+    if (t == 0) *(float2*)dst = make_float2(h2 ? mb : ma, h2 ? lb : la);
+#pragma unroll
+    for (int j = 0; j < NO; ++j) {
+      const int d = 8 * j + 2 * t;
+      if (d < D) *(float2*)(dst + 2 + d) = make_float2(o[j][2 * h2], o[j][2 * h2 + 1]);
     }
   }
+}
+
+// A prompt row's key splits, in order: out = sum_s o_s 2^(m_s - m) / sum_s l_s 2^(m_s - m) over the
+// splits its position reaches. grid = (n, H), block = 256 (dims).
+extern "C" __global__ void __launch_bounds__(256) attn_prompt_merge(const float* __restrict__ part,
+                                                                    const int* __restrict__ positions, int S, int KS,
+                                                                    int H, int D, float* __restrict__ out) {
+  const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  const int ns = positions[row] / KS + 1;
+  const float* p = part + ((i64)row * H + h) * S * (D + 2);
+  float m = p[0];
+  for (int s = 1; s < ns; ++s) m = fmaxf(m, p[s * (D + 2)]);
+  float l = 0.0f, o = 0.0f;
+  for (int s = 0; s < ns; ++s) {
+    const float w = exp2f(p[s * (D + 2)] - m);
+    l = fmaf(p[s * (D + 2) + 1], w, l);
+    if (d < D) o = fmaf(p[s * (D + 2) + 2 + d], w, o);
+  }
+  if (d < D) out[((i64)row * H + h) * D + d] = o / l;
 }

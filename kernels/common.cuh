@@ -40,6 +40,39 @@ DEV u32 pack_bf16x2(float lo, float hi) {
   return r;
 }
 
+// x0, x1 as bf16 hi + lo (16 bits of mantissa between them): two MMAs give near-fp32 products.
+DEV void split_bf16(float x0, float x1, u32& hi, u32& lo) {
+  hi = pack_bf16x2(x0, x1);
+  float h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
+  lo = pack_bf16x2(x0 - h0, x1 - h1);
+}
+
+// --- tensor cores: D[16x8] += A[16x16] B[16x8], bf16 in, fp32 accumulate -------------------
+DEV void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+DEV u32 smem_addr(const void* p) {
+  u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// Four 8x8 b16 matrices from shared memory (lane i gives the address of row i % 8 of matrix i / 8);
+// .trans hands each thread columns instead of rows.
+DEV void ldsm4(u32* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+DEV void ldsm4t(u32* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
 // --- fp8 e4m3 (the "fn" variant: no infinities, max 448) -----------------------------------
 DEV u8 f32_to_fp8(float f) {
   unsigned short r;

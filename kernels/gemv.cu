@@ -34,26 +34,12 @@ DEV u32 nib2m(u32 w, int i, u32 magic) {
 }
 DEV u32 nib2(u32 w, int i) { return ((w >> (4 * i)) & 0x000f000fu) | 0x43004300u; }
 
-DEV void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // Streamed once: read-only path, no L1 allocation (leaves L1 to the staged inputs).
 DEV uint4 ldg_stream4(const u32* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
-}
-
-DEV void split_bf16(float x0, float x1, u32& hi, u32& lo) {
-  hi = pack_bf16x2(x0, x1);
-  float h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
-  lo = pack_bf16x2(x0 - h0, x1 - h1);
 }
 
 DEV float hl_sum(u32 hi, u32 lo) {

@@ -4,6 +4,8 @@ those). Scalars go as fixed-width numpy types, null pointers as 0.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from . import function
@@ -192,22 +194,48 @@ def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
                                f32(scale), _ptr(part), _ptr(gpart), i32(nch), counters, out), shared_mem=smem)
 
 
-def prompt_tiles(G: int, D: int) -> tuple[int, int, int]:
-    """(QR rows per block, KT keys per tile, dynamic shared bytes) of attn_prompt: <= 48 KB."""
-    QR = max(1, min(8, 4096 // (G * D)))
-    KT = max(8, min(32, 2048 // D))
-    QV = QR * G
-    smem = (QV * D + KT * (D + 1) + KT * D + QV * KT + 3 * QV) * 4
-    return QR, KT, smem
+# attn_prompt's shapes, the widest the device's shared memory takes first: (DT padded head dim, BK keys
+# per tile, NW warps of 16 query vectors). The shape changes no bits: a query's arithmetic is its own.
+PROMPT_SHAPES = ((64, 64, 4), (128, 64, 4), (256, 32, 4), (256, 32, 2))
+PROMPT_SPLIT = 512  # keys per split of a prompt row's attention (absolute positions: a multiple of every BK)
+
+
+def prompt_smem(DT: int, BK: int, NW: int) -> int:
+    return (2 * 16 * NW + 2 * BK) * (DT + 8) * 2 + NW * DT * 4 + 2 * BK * 4
+
+
+@lru_cache(maxsize=None)
+def smem_optin() -> int:
+    """Dynamic shared bytes one block may have on this device (227 KB on an H200, 99 KB on a GB10)."""
+    import cupy
+    return int(cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
+
+
+def prompt_shape(D: int, limit: int) -> tuple[int, int, int, int]:
+    """(DT, BK, NW, dynamic shared bytes) of attn_prompt for head dim D (<= 256) within `limit` bytes."""
+    fits = [sh for sh in PROMPT_SHAPES if D <= sh[0] and prompt_smem(*sh) <= limit]
+    DT = min(sh[0] for sh in fits)
+    DT, BK, NW = next(sh for sh in fits if sh[0] == DT)
+    return DT, BK, NW, prompt_smem(DT, BK, NW)
 
 
 def attn_prompt(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: int, positions, tables, pt: int,
-                kc, vc, ksc, vsc, KH: int, G: int, D: int, scale: float, out, rows: int):
-    f = function("attention.cu", "attn_prompt<%d>" % int(kv8))
-    QR, KT, smem = prompt_tiles(G, D)
-    f(((rows + QR - 1) // QR, KH), (256,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(inv), i32(half),
-                                           positions, tables, i32(pt), kc, vc, _ptr(ksc), _ptr(vsc), i32(KH), i32(G),
-                                           i32(D), f32(scale), i32(rows), i32(QR), i32(KT), out), shared_mem=smem)
+                kc, vc, ksc, vsc, KH: int, G: int, D: int, scale: float, out, rows: int, maxpos: int):
+    """Prompt attention of `rows` rows reaching at most position `maxpos`: key splits of PROMPT_SPLIT
+    positions over the grid, merged per row."""
+    import cupy
+    DT, BK, NW, smem = prompt_shape(D, smem_optin())
+    f = function("attention.cu", "attn_prompt<%d, %d, %d, %d>" % (int(kv8), DT, BK, NW))
+    if smem > 48 * 1024 and f.max_dynamic_shared_size_bytes < smem:
+        f.max_dynamic_shared_size_bytes = smem
+    QR, S, H = 16 * NW // G, maxpos // PROMPT_SPLIT + 1, KH * G
+    part = cupy.empty(rows * H * S * (D + 2), cupy.float32)
+    f(((rows + QR - 1) // QR, KH, S), (32 * NW,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(inv), i32(half),
+                                                 positions, tables, i32(pt), kc, vc, _ptr(ksc), _ptr(vsc), i32(KH),
+                                                 i32(G), i32(D), f32(scale), i32(rows), i32(PROMPT_SPLIT), part),
+      shared_mem=smem)
+    function("attention.cu", "attn_prompt_merge")((rows, H), (256,), (part, positions, i32(S), i32(PROMPT_SPLIT),
+                                                                     i32(H), i32(D), out))
 
 
 # --- what CI compiles ---------------------------------------------------------------------------
@@ -219,6 +247,8 @@ def variants() -> list[tuple[str, str]]:
              for st in QMV_SCALES]
     gemv += [f"{k}<{bits}>" for k in ("embed_q", "dequant") for bits in QMV_BITS]
     elementwise = ["rmsnorm_rows", "gate_rows", "heads_out"]
-    attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode", "attn_prompt") for kv8 in (0, 1)]
+    attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode") for kv8 in (0, 1)]
+    attention += ["attn_prompt<%d, %d, %d, %d>" % (kv8, *sh) for kv8 in (0, 1) for sh in PROMPT_SHAPES]
+    attention += ["attn_prompt_merge"]
     return ([("gemv.cu", n) for n in dict.fromkeys(gemv)] + [("elementwise.cu", n) for n in elementwise]
             + [("attention.cu", n) for n in attention] + [("sampling.cu", "sample_rows"), ("timing.cu", "spin")])

@@ -343,9 +343,10 @@ class CupyBackend(Qwen35Ops):
         ksc = cache.k_scale[layer] if fp8 else None
         vsc = cache.v_scale[layer] if fp8 else None
         scale = float(np.float32(D ** -0.5))
-        if prompt:
+        if prompt:  # key splits up to the last row's position (device rows: up to the lane's end)
+            last = int(positions.max()) if isinstance(positions, np.ndarray) else tab.shape[1] * cache.page_tokens - 1
             K.attn_prompt(fp8, qb, qs0, qs1, qnw, qeps, inv, half, pos, tab, cache.page_tokens, cache.k[layer],
-                          cache.v[layer], ksc, vsc, KH, G, D, scale, out, n)
+                          cache.v[layer], ksc, vsc, KH, G, D, scale, out, n, last)
             return out
         kn = vn = knw = None
         ks0 = ks1 = vs0 = vs1 = 0
