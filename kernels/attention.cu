@@ -316,6 +316,14 @@ __global__ void __launch_bounds__(128) attn_decode(const float* __restrict__ q, 
   if (tid == 0) cnt[0] = 0;
 }
 
+// c0 += (h + l) b[0..1], c1 += (h + l) b[2..3]: a hi + lo A fragment against two n-tiles of B.
+DEV void mma_hilo2(float* c0, float* c1, const u32* h, const u32* l, const u32* b) {
+  mma_bf16(c0, h[0], h[1], h[2], h[3], b[0], b[1]);
+  mma_bf16(c0, l[0], l[1], l[2], l[3], b[0], b[1]);
+  mma_bf16(c1, h[0], h[1], h[2], h[3], b[2], b[3]);
+  mma_bf16(c1, l[0], l[1], l[2], l[3], b[2], b[3]);
+}
+
 // Causal attention of a prompt chunk on tensor cores: n rows of one lane (its page table is the
 // first row's), row r over keys 0..positions[r]. A block holds QR = 16 NW / G rows x G heads of one
 // kv head (query vector i = r G + g; the rest of its 16 NW are copies of its first, never written),
@@ -393,47 +401,40 @@ __global__ void __launch_bounds__(32 * NW) attn_prompt(const float* __restrict__
 
   for (int k0 = kbeg; k0 <= kend; k0 += BK) {
     __syncthreads();  // the previous tile is read
-    if (!KV8) {
-      const int ch = D / 8;
-      for (int idx = tid; idx < BK * ch; idx += 32 * NW) {
-        const int j = idx / ch, cc = idx % ch, p = k0 + j;
-        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-        if (p <= maxpos) {
-          const i64 e = (slot_of(tables, p, pt) * KH + kh) * D + cc * 8;
-          kv = *(const uint4*)((const u16*)kc + e);
-          vv = *(const uint4*)((const u16*)vc + e);
-        }
+    // 16 stored bytes at a time: 8 bf16 elements, or 16 fp8 ones widened to bf16 (exactly: e4m3 is
+    // bf16's upper half of the float)
+    constexpr int EL = KV8 ? 16 : 8;
+    const int ch = D / EL;
+    for (int idx = tid; idx < BK * ch; idx += 32 * NW) {
+      const int j = idx / ch, cc = idx % ch, p = k0 + j;
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+      if (p <= maxpos) {
+        const i64 e = ((slot_of(tables, p, pt) * KH + kh) * D + cc * EL) * (KV8 ? 1 : 2);
+        kv = *(const uint4*)((const u8*)kc + e);
+        vv = *(const uint4*)((const u8*)vc + e);
+      }
+      if (!KV8) {
         *(uint4*)(kt + j * P + cc * 8) = kv;
         *(uint4*)(vt + j * P + cc * 8) = vv;
+        continue;
       }
-    } else {
-      const int ch = D / 16;
-      for (int idx = tid; idx < BK * ch; idx += 32 * NW) {
-        const int j = idx / ch, cc = idx % ch, p = k0 + j;
-        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-        if (p <= maxpos) {
-          const i64 e = (slot_of(tables, p, pt) * KH + kh) * D + cc * 16;
-          kv = *(const uint4*)((const u8*)kc + e);
-          vv = *(const uint4*)((const u8*)vc + e);
-        }
-        const u32 kw[4] = {kv.x, kv.y, kv.z, kv.w}, vw[4] = {vv.x, vv.y, vv.z, vv.w};
-        u32 kb[8], vb[8];
+      const uint4 src[2] = {kv, vv};
+      u16* dst[2] = {kt + j * P + cc * 16, vt + j * P + cc * 16};
 #pragma unroll
-        for (int w = 0; w < 4; ++w) {
+      for (int kvi = 0; kvi < 2; ++kvi) {
+        const u32 w4[4] = {src[kvi].x, src[kvi].y, src[kvi].z, src[kvi].w};
+        u32 b[8];
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {  // e4m3 values are exact in bf16: its upper 16 bits
-            const u32 k2 = kw[w] >> (16 * h), v2 = vw[w] >> (16 * h);
-            kb[2 * w + h] = (__float_as_uint(fp8_to_f32(k2 & 0xffu)) >> 16) |
-                            (__float_as_uint(fp8_to_f32((k2 >> 8) & 0xffu)) & 0xffff0000u);
-            vb[2 * w + h] = (__float_as_uint(fp8_to_f32(v2 & 0xffu)) >> 16) |
-                            (__float_as_uint(fp8_to_f32((v2 >> 8) & 0xffu)) & 0xffff0000u);
-          }
+        for (int w = 0; w < 8; ++w) {
+          const u32 two = w4[w >> 1] >> (16 * (w & 1));
+          b[w] = (__float_as_uint(fp8_to_f32(two & 0xffu)) >> 16) |
+                 (__float_as_uint(fp8_to_f32((two >> 8) & 0xffu)) & 0xffff0000u);
         }
-        *(uint4*)(kt + j * P + cc * 16) = make_uint4(kb[0], kb[1], kb[2], kb[3]);
-        *(uint4*)(kt + j * P + cc * 16 + 8) = make_uint4(kb[4], kb[5], kb[6], kb[7]);
-        *(uint4*)(vt + j * P + cc * 16) = make_uint4(vb[0], vb[1], vb[2], vb[3]);
-        *(uint4*)(vt + j * P + cc * 16 + 8) = make_uint4(vb[4], vb[5], vb[6], vb[7]);
+        *(uint4*)dst[kvi] = make_uint4(b[0], b[1], b[2], b[3]);
+        *(uint4*)(dst[kvi] + 8) = make_uint4(b[4], b[5], b[6], b[7]);
       }
+    }
+    if (KV8) {
       for (int j = tid; j < BK; j += 32 * NW) {
         const int p = k0 + j;
         const i64 sl = p <= maxpos ? slot_of(tables, p, pt) * KH + kh : 0;
@@ -455,10 +456,7 @@ __global__ void __launch_bounds__(32 * NW) attn_prompt(const float* __restrict__
       for (int jp = 0; jp < NS / 2; ++jp) {
         u32 b[4];
         ldsm4(b, kt + (jp * 16 + brow) * P + kk * 16 + bcol);
-        mma_bf16(s[2 * jp], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
-        mma_bf16(s[2 * jp], al[0], al[1], al[2], al[3], b[0], b[1]);
-        mma_bf16(s[2 * jp + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
-        mma_bf16(s[2 * jp + 1], al[0], al[1], al[2], al[3], b[2], b[3]);
+        mma_hilo2(s[2 * jp], s[2 * jp + 1], ah, al, b);
       }
     }
     float ta = NEG, tb = NEG;
@@ -523,10 +521,7 @@ __global__ void __launch_bounds__(32 * NW) attn_prompt(const float* __restrict__
       for (int dp = 0; dp < NO / 2; ++dp) {
         u32 b[4];
         ldsm4t(b, vt + (kk * 16 + vrow) * P + dp * 16 + vcol);
-        mma_bf16(o[2 * dp], ph[0], ph[1], ph[2], ph[3], b[0], b[1]);
-        mma_bf16(o[2 * dp], pl[0], pl[1], pl[2], pl[3], b[0], b[1]);
-        mma_bf16(o[2 * dp + 1], ph[0], ph[1], ph[2], ph[3], b[2], b[3]);
-        mma_bf16(o[2 * dp + 1], pl[0], pl[1], pl[2], pl[3], b[2], b[3]);
+        mma_hilo2(o[2 * dp], o[2 * dp + 1], ph, pl, b);
       }
     }
   }
