@@ -75,14 +75,15 @@ struct QmvShape {
 //   XM 0: x;  1: silu(x) * x2 (the MLP's gate and up halves);
 //   2: RMSNorm of h = x (+ x2 when given): the staged input is h * nw and the output is divided by
 //      sqrt(mean(h^2) + eps) of the whole row; blocks of the first 128 weight rows write h to hout.
-// grid = (ceil(M / 128), P segments, ceil(nrows / R)), block = 256 (8 warps, one tile each).
+// grid = (ceil(M / 128), P segments, ceil(nrows / R)), block = 256 (8 warps, one tile each); at most
+// 128 registers, so two blocks share an SM (NVRTC gave the 4-tile variants 134: one block, 8 warps).
 // Codes and scales are padded to Sp subgroups (zero codes, zero scale and bias): no per-subgroup
 // check runs, the padding adds exact zeros. Each warp walks its tile with one pointer and fixed
 // strides; only the rows a block has are staged (the others stay zero from the start).
 // part [z][P][R][Mp] and sspart [z][mblocks][P][R] hold segment partials (P > 1); counters
 // [z * mblocks] are zero between launches (the last block of a tile row resets its own).
 template <int BITS, int SUB, int NT, int XM, int SBT>
-__global__ void __launch_bounds__(256) qmv(const u32* __restrict__ codes, const u32* __restrict__ sb, int st_,
+__global__ void __launch_bounds__(256, 2) qmv(const u32* __restrict__ codes, const u32* __restrict__ sb, int st_,
                                            const float* __restrict__ x, const float* __restrict__ x2, i64 ldx,
                                            i64 ldx2, const float* __restrict__ nw, float eps,
                                            float* __restrict__ hout, i64 ldh, float* __restrict__ y, i64 ldy,
