@@ -292,7 +292,8 @@ def main(a) -> int:
                        kv_dtype=a.kv_dtype, paging=paging, page_tokens=a.kv_pages or 256, memory_gib=a.memory_gib,
                        prefill_chunk=getattr(a, "prefill_chunk", 128)).validate()
     drafter = getattr(a, "drafter", "none")
-    drafted = replace(s, drafter=drafter, draft_tokens=a.draft_tokens).validate() if drafter != "none" else None
+    drafted = replace(s, drafter=drafter, drafter_model=getattr(a, "drafter_model", None),
+                      draft_tokens=a.draft_tokens).validate() if drafter != "none" else None
     lengths, streams = list(a.prompt_lengths), list(a.streams)
     runner = build_runner(a, s, log)
     b, cfg = runner.backend, runner.loaded.config
