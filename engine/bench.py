@@ -257,7 +257,7 @@ def drafted_cell(bench: Bench, s: EngineSettings, msgs: list, params: SamplingPa
     bench.run(sched, msgs, replace(params, max_tokens=s.draft_tokens + 3), messages=True)  # capture the graphs
     bench.steps.clear()
     dt, seqs = bench.run(sched, msgs, params, messages=True)
-    k, S = s.draft_tokens, len(msgs)
+    k, S = sched.plan.draft_tokens, len(msgs)  # a DFlash2 block may cap the settings' k
     windows = [t for r, t, _ in bench.steps if r == S * (k + 1)]
     mean = statistics.mean(q.stats.mean_length for q in seqs)
     out = Cell(f"{cell.name}, {s.drafter} k={k}", tok_s=sum(q.generated for q in seqs) / dt,

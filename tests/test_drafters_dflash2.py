@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine.drafters.dflash2 import DFlash2Drafter
-from engine.drafters.dflash2_config import SYNTHETIC
+from engine.drafters.dflash2_config import SYNTHETIC, synthetic_config
 from engine.drafters.dflash2_weights import random_tensors
 from engine.drafters.oracle import OracleDrafter
 from engine.drafters.verify import OFF, Verifier
@@ -22,6 +22,7 @@ from engine.settings import EngineSettings, SamplingParams
 from engine.weights import dequantize
 
 import reference
+from ckpt import write_dflash2
 
 GREEDY = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
 HOT = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_tokens=40, seed=7, ignore_eos=True)
@@ -133,13 +134,16 @@ def reference_drafts(cfg, W: dict, logits: np.ndarray, out: np.ndarray, anchor: 
     return path
 
 
-def test_block_and_drafts_match_the_float64_reference():
-    """70 context positions (past the window of 48: the ring wraps) fed in three chunks."""
-    r, s = runner(), settings()
-    sched = r.scheduler(s)
+@pytest.mark.parametrize("windows", [(48, 48), (48, None)], ids=["sliding", "one-layer-whole-context"])
+def test_block_and_drafts_match_the_float64_reference(windows, tmp_path):
+    """70 context positions fed in three chunks: past the window of 48 (the ring wraps), or with a
+    layer that attends the whole context (the ring is the context)."""
+    r = runner()
+    cfg = replace(synthetic_config(r.loaded.config), windows=windows)
+    write_dflash2(tmp_path, r.loaded.config, cfg=cfg, dtype="f32")  # the synthetic drafter's weights
+    sched = r.scheduler(settings(drafter_model=str(tmp_path)))
     d = sched.verifier.drafter
-    cfg = d.cfg
-    assert cfg.windows == (48, 48) and sched.cache.ring_len == 48
+    assert d.cfg == cfg and sched.cache.ring_len == (48 if None not in windows else 256)
     W = {n: a.astype(np.float64) for n, a in random_tensors(cfg).items()}
     E = dequantize(r.loaded.weights["embed_tokens"]).astype(np.float64)
     head = dequantize(r.loaded.weights["lm_head"]).astype(np.float64)
@@ -150,7 +154,8 @@ def test_block_and_drafts_match_the_float64_reference():
     seq = SimpleNamespace(lane=lane)
     for a, b in ((0, 30), (30, 55), (55, 70)):
         d.observe(seq, a, taps[a:b])
-    assert sorted(np.asarray(sched.cache.ring_pos[lane.index]).tolist()) == list(range(T - 48, T))
+    held = np.asarray(sched.cache.ring_pos[lane.index])
+    assert sorted(held[held >= 0].tolist()) == list(range(T - sched.cache.ring_len if None not in windows else 0, T))
     out = np.asarray(d.block(anchor, T, lane.index))
     ref = reference_block(cfg, W, E, taps.astype(np.float64), anchor)
     assert np.abs(out - ref).max() <= 2e-3 * np.abs(ref).max()  # the ring's K/V are fp16

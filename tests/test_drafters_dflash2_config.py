@@ -22,6 +22,7 @@ def v2() -> dict:
         "vocab_size": 248320, "rms_norm_eps": 1e-6, "is_causal": False, "attention_bias": False,
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0},
         "layer_types": ["sliding_attention"] * 5, "sliding_window": 2048, "use_sliding_window": True,
+        "num_target_layers": 64,
         "dflash_config": {"block_size": 8, "mask_token_id": 248077, "target_layer_ids": [5, 19, 33, 47, 61],
                           "conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 256, "selector_top_k": 16,
                           "output_multiplier": 0.25, "final_logit_softcapping": 30.0},
@@ -97,5 +98,7 @@ def test_a_config_for_another_model_is_refused(edit, message):
     with pytest.raises(ModelError, match=message):
         c.check(TARGET, "drafter")
     small = ModelConfig(arch="qwen3", hidden=5120, layers=40, heads=40, kv_heads=8, head_dim=128, vocab=248320)
-    with pytest.raises(ModelError, match=r"target_layer_ids \[47, 61\] are not layers of the model \(0..39\)"):
+    with pytest.raises(ModelError, match="a DFlash2 checkpoint for a model of 64 layers; the model has 40"):
         DFlashConfig.from_hf(v2(), "config.json").check(small, "drafter")
+    with pytest.raises(ModelError, match=r"target_layer_ids \[47, 61\] are not layers of the model \(0..39\)"):
+        DFlashConfig.from_hf({**v2(), "num_target_layers": None}, "config.json").check(small, "drafter")

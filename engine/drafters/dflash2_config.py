@@ -46,6 +46,7 @@ class DFlashConfig:
     output_multiplier: float = 1.0
     softcap: float = 0.0  # tanh softcap of the draft logits (0: none)
     embed_scale: float = 1.0  # the target's embedding of the block rows, times this
+    target_depth: int = 0  # num_target_layers: the layer count of the model it was made for (0: not said)
 
     # --- reading ----------------------------------------------------------------------------
     @classmethod
@@ -100,6 +101,7 @@ class DFlashConfig:
                 softcap=draft("float", "final_logit_softcapping", 0.0, hi=1e6) if (
                     d.get("final_logit_softcapping") or top.get("final_logit_softcapping")) else 0.0,  # 0: none
                 embed_scale=draft("float", "input_embedding_scale", 1.0, hi=1e6),
+                target_depth=top.int("num_target_layers", 0, hi=1 << 16),
             )._checked(source)
         except ModelError as e:
             raise ModelError(f"{source}: {e}") from None
@@ -141,6 +143,9 @@ class DFlashConfig:
         if self.vocab != target.vocab:
             raise ModelError(f"{where}: a DFlash2 checkpoint for a vocabulary of {self.vocab}; the model's is "
                              f"{target.vocab}")
+        if self.target_depth and self.target_depth != target.layers:
+            raise ModelError(f"{where}: a DFlash2 checkpoint for a model of {self.target_depth} layers; the model has "
+                             f"{target.layers}")
         bad = [t for t in self.target_layers if not 0 <= t < target.layers]
         if bad:
             raise ModelError(f"{where}: target_layer_ids {bad} are not layers of the model (0..{target.layers - 1})")
@@ -190,6 +195,7 @@ class DFlashConfig:
                "intermediate_size": self.intermediate, "vocab_size": self.vocab, "rms_norm_eps": self.rms_eps,
                "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta}, "attention_bias": False,
                "is_causal": self.causal, "hidden_act": "silu", "dflash_config": d,
+               "num_target_layers": self.target_depth or None,
                "layer_types": [SLIDING if w else FULL for w in self.windows]}
         if window:
             raw.update(sliding_window=window, use_sliding_window=True)
@@ -204,11 +210,11 @@ def synthetic_config(target: ModelConfig) -> DFlashConfig:
         return DFlashConfig(hidden=H, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=2 * H,
                             vocab=target.vocab, block=8, mask_id=target.vocab - 1, target_layers=taps,
                             windows=(48, 48), conv_kernel=2, conv_group=16, selector_rank=16, selector_top_k=4,
-                            output_multiplier=0.5, softcap=20.0)
+                            output_multiplier=0.5, softcap=20.0, target_depth=L)
     heads = max(8, H // 160 // 8 * 8)
     return DFlashConfig(hidden=H, layers=5, heads=heads, kv_heads=8, head_dim=128, intermediate=3 * H,
                         vocab=target.vocab, block=8, mask_id=target.vocab - 1,
                         target_layers=tuple(sorted({round(i * (L - 3) / 4) + 1 for i in range(5)})),
                         windows=(2048,) * 5, conv_kernel=2, conv_group=16, selector_rank=256, selector_top_k=16,
-                        output_multiplier=1 / math.sqrt(26), softcap=20.0)
+                        output_multiplier=1 / math.sqrt(26), softcap=20.0, target_depth=L)
 

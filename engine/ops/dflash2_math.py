@@ -10,7 +10,7 @@ def ring_mask(xp, ring_pos, first: int, B: int, window: int | None, causal: bool
     """[B, R + B]: the keys each block row sees. Ring slots that hold a position before the block
     (within the row's window), then the block's rows (all of them, or up to the row when causal)."""
     rows = first + xp.arange(B)[:, None]
-    ring = (ring_pos[None, :] >= 0) & (ring_pos[None, :] < first)
+    ring = xp.broadcast_to((ring_pos[None, :] >= 0) & (ring_pos[None, :] < first), (B, len(ring_pos)))
     if window is not None:
         ring = ring & (ring_pos[None, :] > rows - window)
     own = xp.tri(B, dtype=bool) if causal else xp.ones((B, B), bool)
