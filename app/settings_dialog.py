@@ -43,7 +43,8 @@ _PAGING = [("off", "Off: every stream has its own window"),
            ("all", "All streams on pages")]
 _PAGE_SIZES = [16, 32, 64, 128, 256, 512, 1024]
 _DRAFTERS = [("none", "None"), ("ngram", "N-gram (prompt lookup; any model)"),
-             ("mtp", "MTP (the model's own head; Qwen3.5 / 3.6)")]
+             ("mtp", "MTP (the model's own head; Qwen3.5 / 3.6)"),
+             ("dflash2", "DFlash2 (a drafter checkpoint made for the model)")]
 _DEBOUNCE_MS = 120  # recompute the plan once typing pauses, not on every keystroke
 
 
@@ -125,6 +126,16 @@ class SettingsDialog(QDialog):
         memory_row.addWidget(self.memory_auto)
         memory_row.addWidget(self.memory, 1)
         self.drafter = _combo(_DRAFTERS, s.drafter)
+        self.drafter_model = QLineEdit(s.drafter_model or "", clearButtonEnabled=True)
+        self.drafter_model.setPlaceholderText("The DFlash2 checkpoint folder (config.json and .safetensors)")
+        browse_drafter = QPushButton("Folder…", toolTip="The DFlash2 drafter's checkpoint folder",
+                                     objectName="browseDrafter")
+        browse_drafter.clicked.connect(self._pick_drafter)
+        self.drafter_box = QWidget()
+        drafter_row = QHBoxLayout(self.drafter_box)
+        drafter_row.setContentsMargins(0, 0, 0, 0)
+        drafter_row.addWidget(self.drafter_model, 1)
+        drafter_row.addWidget(browse_drafter)
         self.draft_tokens = _spin(1, 16, s.draft_tokens)
         self.draft_tokens.setSuffix(" drafts per step")
         self.idle = _combo([(c, idle_unload.describe(c, unified)) for c in idle_unload.CHOICES], idle)
@@ -155,6 +166,7 @@ class SettingsDialog(QDialog):
         ef.addRow("Page size", self.page_tokens)
         ef.addRow("Memory budget", memory_row)
         ef.addRow("Drafter", self.drafter)
+        ef.addRow("Drafter model", self.drafter_box)
         ef.addRow("Drafts", self.draft_tokens)
         ef.addRow("Idle unload", self.idle)
         ef.addRow("Prompt cache", self.prompt_cache)
@@ -225,6 +237,7 @@ class SettingsDialog(QDialog):
         for name, w in self._sampling_boxes().items():
             w.valueChanged.connect(lambda _v, name=name: self._sampling_set(name))
         self.model.textChanged.connect(self._changed)
+        self.drafter_model.textChanged.connect(self._changed)
         self.fits = False
         self._from_model: dict[str, float | int] = {}  # what the model recommends
         self.refresh()
@@ -241,6 +254,7 @@ class SettingsDialog(QDialog):
         s.page_tokens = self.page_tokens.currentData()
         s.memory_gib = None if self.memory_auto.isChecked() else self.memory.value()
         s.drafter = self.drafter.currentData()
+        s.drafter_model = self.drafter_model.text().strip() or None
         s.draft_tokens = self.draft_tokens.value()
         s.prompt_cache_gib = round(self.prompt_cache.value(), 2)
         s.snapshot_disk_gib = round(self.snapshot_disk.value(), 2)
@@ -265,6 +279,7 @@ class SettingsDialog(QDialog):
         s = self.settings()
         self.page_tokens.setEnabled(s.paging != "off")
         self.draft_tokens.setEnabled(s.drafter != "none")
+        self.drafter_box.setEnabled(s.drafter == "dflash2")
         if not self._check_model(s.model):
             fits, text, line = False, "No plan: the model above cannot be read.", ""
         else:
@@ -361,3 +376,8 @@ class SettingsDialog(QDialog):
         path = QFileDialog.getExistingDirectory(self, "Choose a model folder", self.model.text())
         if path:
             self.model.setText(path)
+
+    def _pick_drafter(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Choose a DFlash2 drafter folder", self.drafter_model.text())
+        if path:
+            self.drafter_model.setText(path)

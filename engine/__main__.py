@@ -113,7 +113,7 @@ def add_model(p: argparse.ArgumentParser) -> None:
 
 
 def add_kv(p: argparse.ArgumentParser, parallel: int = 1, context: int = 4096,
-           drafters: tuple[str, ...] = ("none", "ngram", "mtp")) -> None:
+           drafters: tuple[str, ...] = ("none", "ngram", "mtp", "dflash2")) -> None:
     p.add_argument("--parallel", type=whole(1, MAX_PARALLEL), default=parallel,
                    help="streams that may generate at once")
     p.add_argument("--context", type=whole(16, MAX_CONTEXT), default=context, help="tokens per stream")
@@ -132,7 +132,10 @@ def add_kv(p: argparse.ArgumentParser, parallel: int = 1, context: int = 4096,
 def add_drafter(p: argparse.ArgumentParser, choices: tuple[str, ...], default: str = "none",
                 draft_tokens: int = 4) -> None:
     p.add_argument("--drafter", default=default, choices=choices,
-                   help="speculative decoding: ngram (prompt lookup), mtp (the checkpoint's MTP head)")
+                   help="speculative decoding: ngram (prompt lookup), mtp (the checkpoint's MTP head), dflash2 "
+                        "(a DFlash2 checkpoint, --drafter-model)")
+    p.add_argument("--drafter-model", metavar="PATH",
+                   help="the DFlash2 drafter's checkpoint folder (synthetic:dflash2: random weights for the model)")
     p.add_argument("--draft-tokens", type=whole(1, MAX_DRAFT_TOKENS), default=draft_tokens, metavar="K",
                    help="drafts per verify window (1..%d)" % MAX_DRAFT_TOKENS)
 
@@ -142,7 +145,7 @@ def settings_from(a: argparse.Namespace) -> EngineSettings:
     s = EngineSettings(model=getattr(a, "model", None), backend=getattr(a, "backend", "auto"), parallel=a.parallel,
                        context=a.context, kv_dtype=a.kv_dtype, paging=paging, page_tokens=a.kv_pages or 256,
                        memory_gib=a.memory_gib, prefill_chunk=a.prefill_chunk, drafter=a.drafter,
-                       draft_tokens=a.draft_tokens, prompt_cache_gib=a.prompt_cache_gib)
+                       drafter_model=a.drafter_model, draft_tokens=a.draft_tokens, prompt_cache_gib=a.prompt_cache_gib)
     return s.validate()
 
 
@@ -301,7 +304,7 @@ def parser() -> argparse.ArgumentParser:
     gt.add_argument("--max-tokens", type=tokens, default=24)
     gt.add_argument("--context", type=whole(16, MAX_CONTEXT), default=1024)
     gt.add_argument("--quick", action="store_true", help="fewer arms (tests)")
-    add_drafter(gt, ("all", "none", "ngram", "mtp", "oracle"), "all", 3)
+    add_drafter(gt, ("all", "none", "ngram", "mtp", "dflash2", "oracle"), "all", 3)
     gt.add_argument("--offsets", type=whole_list(1, MAX_CONTEXT), metavar="N,N,...",
                     help="long prompts ending at these positions (e.g. 4796,8192,8292,8448 with --context "
                          "16384), each with a follow-up turn: only the resume and prompt-cache rows")
@@ -309,7 +312,7 @@ def parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="prompt and decode throughput, with the memory roofline")
     add_model(b)
-    add_kv(b, parallel=8, context=16384, drafters=("none", "ngram", "mtp", "oracle"))  # oracle: the ceiling
+    add_kv(b, parallel=8, context=16384, drafters=("none", "ngram", "mtp", "dflash2", "oracle"))  # oracle: the ceiling
     b.add_argument("--synthetic", help="random weights of a real model's shapes (see engine/synthetic.py)")
     b.add_argument("--prompt-lengths", type=whole_list(1, MAX_CONTEXT), default=[2048, 9216, 15000])
     b.add_argument("--streams", type=whole_list(1, MAX_PARALLEL), default=[1, 4, 8])

@@ -257,7 +257,7 @@ def drafted_cell(bench: Bench, s: EngineSettings, msgs: list, params: SamplingPa
     bench.run(sched, msgs, replace(params, max_tokens=s.draft_tokens + 3), messages=True)  # capture the graphs
     bench.steps.clear()
     dt, seqs = bench.run(sched, msgs, params, messages=True)
-    k, S = s.draft_tokens, len(msgs)
+    k, S = sched.plan.draft_tokens, len(msgs)  # a DFlash2 block may cap the settings' k
     windows = [t for r, t, _ in bench.steps if r == S * (k + 1)]
     mean = statistics.mean(q.stats.mean_length for q in seqs)
     out = Cell(f"{cell.name}, {s.drafter} k={k}", tok_s=sum(q.generated for q in seqs) / dt,
@@ -292,7 +292,8 @@ def main(a) -> int:
                        kv_dtype=a.kv_dtype, paging=paging, page_tokens=a.kv_pages or 256, memory_gib=a.memory_gib,
                        prefill_chunk=getattr(a, "prefill_chunk", 128)).validate()
     drafter = getattr(a, "drafter", "none")
-    drafted = replace(s, drafter=drafter, draft_tokens=a.draft_tokens).validate() if drafter != "none" else None
+    drafted = replace(s, drafter=drafter, drafter_model=getattr(a, "drafter_model", None),
+                      draft_tokens=a.draft_tokens).validate() if drafter != "none" else None
     lengths, streams = list(a.prompt_lengths), list(a.streams)
     runner = build_runner(a, s, log)
     b, cfg = runner.backend, runner.loaded.config

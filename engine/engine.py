@@ -107,7 +107,24 @@ class Runner:
     def _prepare(self, loaded: Model, backend: Backend, progress: Callable[[float], None] | None = None) -> None:
         self.backend, self.loaded, self.tokenizer = backend, loaded, loaded.tokenizer
         self.model = build(loaded, backend, progress)
+        self._drafters: dict[str, tuple[object | None, str | None]] = {}
         backend.synchronize()
+
+    def drafter_weights(self, settings: EngineSettings) -> tuple[object | None, str | None]:
+        """(the settings' DFlash2 checkpoint prepared on the backend, None) or (None, why it does
+        not load for this model); read and checked once per path, shared by every scheduler."""
+        if settings.drafter != "dflash2" or not settings.drafter_model:
+            return None, None
+        path = settings.drafter_model
+        if path not in self._drafters:
+            from .drafters.dflash2 import DFlash2Weights
+            from .drafters.dflash2_weights import read
+            try:
+                self._drafters[path] = DFlash2Weights(*read(path, self.loaded.config), self.backend), None
+            except LanechatError as e:  # a drafter that does not load leaves the engine plain, not stopped
+                self._drafters[path] = None, str(e)
+            self.backend.synchronize()
+        return self._drafters[path]
 
     @functools.cached_property
     def fingerprint(self) -> str:
@@ -117,12 +134,15 @@ class Runner:
     def plan(self, settings: EngineSettings) -> Plan:
         # Weights are already in memory: the budget is a share of what is free now.
         cfg = self.loaded.config
+        error = self.drafter_weights(settings)[1]
         return make_plan(cfg, settings, self.backend.free_memory(), 0, self.backend.unified_memory,
-                         self.backend.graph_bytes(cfg, settings))
+                         self.backend.graph_bytes(cfg, settings), drafter_error=error)
 
     def scheduler(self, settings: EngineSettings, kv_store: str | None = None) -> Scheduler:
         """A scheduler with a cache of its own; kv_store: tests' lossless `kv.cache.F32` K/V."""
-        return Scheduler(settings, self.plan(settings), self.model, self.backend, self.tokenizer, kv_store)
+        plan = self.plan(settings)
+        weights = self.drafter_weights(settings)[0] if plan.drafter == "dflash2" else None
+        return Scheduler(settings, plan, self.model, self.backend, self.tokenizer, kv_store, weights)
 
     def thinking_default(self) -> bool | None:
         """The chat template's enable_thinking default (engine.thinking.template_default)."""

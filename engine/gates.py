@@ -7,8 +7,9 @@ snapshotted, and continued on another lane), follow-up turns (a finished turn's 
 memory and through a file on disk, continued by the next turn's prompt), and prompts sharing
 prefixes through the prompt cache (paged arms; the contiguous arm computes them cold). The
 reference is the contiguous arm (paging off). With drafters, each one that fits the model runs the solo prompts,
-four at once, and the sampled ones again in verify windows: "drafted == plain" (n-gram and MTP
-exercise rejection; the oracle, which proposes the plain run's own tokens, full acceptance).
+four at once, and the sampled ones again in verify windows: "drafted == plain" (n-gram, MTP and
+DFlash2 exercise rejection; the oracle, which proposes the plain run's own tokens, full acceptance).
+A synthetic model gets a random DFlash2 drafter of its shapes unless --drafter-model names one.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from . import drafters, jsonfile
+from .drafters.dflash2_config import SYNTHETIC
 from .engine import Runner, run_to_end
 from .errors import LanechatError
 from .kv import snapshots
@@ -47,7 +49,7 @@ ARMS = [("contiguous", "off", 256), ("pages p16", "pages", 16), ("pages p256", "
         ("all p16", "all", 16), ("all p256", "all", 256)]
 QUICK_ARMS = [ARMS[0], ARMS[1], ARMS[3]]
 GROUPS = (1, 2, 4, 8)
-DRAFTERS = ("ngram", "mtp", "oracle")
+DRAFTERS = ("ngram", "mtp", "dflash2", "oracle")
 FOLLOW_UP = "\nAnd what follows from that? Answer in one line."
 FOLLOW_UPS = 2  # prompts continued by a follow-up turn, per arm
 PROMPT_CACHE_GIB = 0.5  # the paged arms' prompt cache for the "cache hit == cold" row
@@ -69,9 +71,11 @@ def prompt_set(runner: Runner, chats: list[list[dict]], context: int, max_tokens
     return prompts
 
 
-def fitting(runner: Runner, names: tuple[str, ...]) -> list[str]:
-    """The drafters of `names` that fit the loaded model."""
-    return [d for d in names if drafters.fit(runner.loaded.config, d)[0] == d]
+def fitting(runner: Runner, names: tuple[str, ...], drafter_model: str | None = None) -> list[str]:
+    """The drafters of `names` that fit the loaded model (DFlash2: the checkpoint `drafter_model`)."""
+    fit = [d for d in names if drafters.fit(runner.loaded.config, d, drafter_model).drafter == d]
+    s = EngineSettings(drafter="dflash2", drafter_model=drafter_model)
+    return [d for d in fit if d != "dflash2" or runner.drafter_weights(s)[0] is not None]
 
 
 def offset_prompts(runner: Runner, offsets: list[int]) -> list[list[int]]:
@@ -220,7 +224,7 @@ def run(settings: EngineSettings, chats: list[list[dict]], max_tokens: int, quic
     to gate (those that fit the model run). With `offsets`, long prompts ending there instead of
     the chats (solo, follow-up and prompt-cache rows only)."""
     runner = Runner(settings, log=log)
-    drafted = tuple(fitting(runner, drafted))
+    drafted = tuple(fitting(runner, drafted, settings.drafter_model))
     arms = QUICK_ARMS if quick else ARMS
     if offsets:
         if max(offsets) + 2 * max_tokens + len(runner.tokenizer.encode(FOLLOW_UP)) >= settings.context:
@@ -271,7 +275,9 @@ def load_chats(path: str | None) -> list[list[dict]]:
 
 
 def main(a) -> int:
-    s = EngineSettings(model=a.model, backend=a.backend, parallel=8, context=a.context, memory_gib=None).validate()
+    synthetic = a.model is not None and a.model.startswith("synthetic:")
+    s = EngineSettings(model=a.model, backend=a.backend, parallel=8, context=a.context, memory_gib=None,
+                       drafter_model=a.drafter_model or (SYNTHETIC if synthetic else None)).validate()
     names = DRAFTERS if a.drafter == "all" else () if a.drafter == "none" else (a.drafter,)
     table = run(s, load_chats(a.prompts), a.max_tokens, a.quick, log=lambda m: print(m, file=sys.stderr),
                 drafted=names, draft_tokens=a.draft_tokens, offsets=a.offsets)

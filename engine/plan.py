@@ -12,6 +12,7 @@ from pathlib import Path
 from . import drafters
 from .config import ModelConfig
 from .errors import LanechatError, PlanError
+from .kv.cache import ring_bytes
 from .memory import system_free_bytes
 from .settings import EngineSettings
 
@@ -42,6 +43,8 @@ class Plan:
     drafter: str = "none"  # the drafter that runs (a refused one leaves "none")
     draft_tokens: int = 0  # k of the verify windows (0: plain decoding)
     draft_layers: int = 0  # attention layers of the drafter's own on every stream's pages (MTP)
+    draft_ring: tuple[int, int, int, int] | None = None  # a DFlash2 drafter's context ring per stream
+    ring_bytes: int = 0  # what those rings take (beside the pages, in the budget)
     drafter_note: str | None = None  # why the drafter asked for does not run
     prompt_cache_bytes: int = 0  # pool pages the prompt cache may keep (inside the pool, not added)
 
@@ -51,7 +54,7 @@ class Plan:
 
     @property
     def total_bytes(self) -> int:
-        return self.kv_bytes + self.state_bytes
+        return self.kv_bytes + self.state_bytes + self.ring_bytes
 
 
 def gib(n: int) -> str:
@@ -59,19 +62,21 @@ def gib(n: int) -> str:
 
 
 def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None, weight_bytes: int = 0,
-              unified: bool = False, graph_bytes: int = 0) -> Plan:
+              unified: bool = False, graph_bytes: int = 0, drafter_error: str | None = None) -> Plan:
     """Raises PlanError with the setting to change when the settings cannot work. `unified`: the
     memory is shared with the desktop, whose UNIFIED_RESERVE the default budget leaves alone.
     `graph_bytes`: what the backend's decode graphs will keep (`Backend.graph_bytes`), taken off the
-    free memory first."""
+    free memory first. `drafter_error`: why the drafter's checkpoint did not load (it runs plain)."""
     s.validate()
     if s.context > cfg.max_position:
         raise PlanError(f"context {s.context} is beyond the model's maximum of {cfg.max_position} tokens")
     P, n = s.page_tokens, s.parallel
     W = -(-s.context // P)
-    drafter, note = drafters.fit(cfg, s.drafter)
-    k = s.draft_tokens if drafter != "none" else 0
-    layers = drafters.kv_layers(cfg, drafter)
+    f = drafters.refused(s.drafter, drafter_error) if drafter_error else drafters.fit(cfg, s.drafter, s.drafter_model)
+    drafter, note, layers = f.drafter, f.note, f.kv_layers
+    k = f.most_drafts(s.draft_tokens) if drafter != "none" else 0
+    ring = f.dflash.ring(s.context) if f.dflash else None
+    rings = ring_bytes(n, ring)
     page_bytes = P * cfg.kv_bytes_per_token(s.kv_dtype, layers)
     # One state slot more than streams: padding rows of a captured decode batch update a scratch slot;
     # a verify window of k drafts keeps the state after each of its k + 1 rows; and per stream a
@@ -80,7 +85,7 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
     windows = {"off": n, "pages": 1, "all": 0}[s.paging]
     pool_lanes = n - windows
     need_pool = pool_lanes * W
-    fixed = windows * W * page_bytes + state
+    fixed = windows * W * page_bytes + state + rings
     if s.memory_gib is not None:
         budget = int(s.memory_gib * GIB)
         source = f"a memory budget of {s.memory_gib:g} GiB"
@@ -108,7 +113,8 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
     p = Plan(line="", fits=True, mode=s.paging, parallel=n, context=s.context, page_tokens=P, kv_dtype=s.kv_dtype,
              page_bytes=page_bytes, window_pages=W, windows=windows, pool_pages=pool, state_bytes=state,
              kv_bytes=(windows * W + pool) * page_bytes, budget_bytes=budget, unified=unified,
-             graph_bytes=graph_bytes, drafter=drafter, draft_tokens=k, draft_layers=layers, drafter_note=note,
+             graph_bytes=graph_bytes, drafter=drafter, draft_tokens=k, draft_layers=layers, draft_ring=ring,
+             ring_bytes=rings, drafter_note=note,
              prompt_cache_bytes=min(int(s.prompt_cache_gib * GIB), pool * page_bytes) if s.paging != "off" else 0)
     p.line = plan_line(p)
     return p
@@ -134,7 +140,8 @@ def plan_line(p: Plan) -> str:
     if p.graph_bytes:
         line += f" · decode graphs {gib(p.graph_bytes)}"
     if p.draft_tokens:
-        line += f" · drafter {p.drafter} ({p.draft_tokens} drafts per window)"
+        ring = f", context ring {gib(p.ring_bytes)}" if p.ring_bytes else ""
+        line += f" · drafter {p.drafter} ({p.draft_tokens} drafts per window{ring})"
     if p.drafter_note:
         line += f" · {p.drafter_note}"
     if p.prompt_cache_bytes:
@@ -169,6 +176,8 @@ def plan(settings: EngineSettings, free_bytes: int | None = None) -> Plan:
     or a bad model: the Plan then has fits=False and the error line."""
     try:
         cfg = model_config(settings.model)
-        return make_plan(cfg, settings, free_bytes, weights_bytes(settings.model))
+        drafter = settings.drafter_model if settings.drafter == "dflash2" else None
+        extra = weights_bytes(drafter) if drafter else 0  # the drafter's weights are in memory too
+        return make_plan(cfg, settings, free_bytes, weights_bytes(settings.model) + extra)
     except LanechatError as e:
         return Plan(line=f"plan: does not fit: {e}", fits=False, error=str(e))

@@ -19,6 +19,7 @@ class Rows:
     # stream s's window row j, at its position + j); each reads the rows before it in its window.
     window: int = 1
     hidden: bool = False  # the forward also returns the final-normed hidden state of every row (drafters)
+    taps: tuple[int, ...] = ()  # with `hidden`: these layers' outputs instead, concatenated (DFlash2)
 
     def __post_init__(self) -> None:
         self.tokens = np.ascontiguousarray(self.tokens, dtype=np.int32)

@@ -76,8 +76,9 @@ class Sequence:
 
 class Scheduler:
     def __init__(self, settings: EngineSettings, plan: Plan, model, backend: Backend, tokenizer,
-                 kv_store: str | None = None):
-        """kv_store: the K/V storage of the cache, plan.kv_dtype unless a test asks for `kv.cache.F32`."""
+                 kv_store: str | None = None, drafter_weights=None):
+        """kv_store: the K/V storage of the cache, plan.kv_dtype unless a test asks for `kv.cache.F32`;
+        drafter_weights: a DFlash2 drafter's prepared checkpoint (`Runner.drafter_weights`)."""
         self.s, self.plan, self.model, self.b, self.tok = settings, plan, model, backend, tokenizer
         self.lanes = Lanes(settings.parallel, settings.context, settings.page_tokens, settings.paging, plan.pool_pages)
         self.cache = model.make_cache(backend, plan, kv_store)  # this scheduler's streams' state, and only theirs
@@ -94,7 +95,7 @@ class Scheduler:
         self.decode_positions = 0
         # Called after every decode step with its StepStats; the step then synchronises the device twice.
         self.step_observer: Callable[[StepStats], None] | None = None
-        drafter = drafters.make(plan.drafter, model, backend)
+        drafter = drafters.make(plan.drafter, model, backend, drafter_weights)
         self.verifier = Verifier(self, drafter, plan.draft_tokens) if drafter else None  # speculative decoding
         # Called with the rows of every forward once it ran (cache and state written), before its
         # tokens are chosen; what it raises, the forward raised (the fault-injection hook).
@@ -204,6 +205,7 @@ class Scheduler:
             return None
         rows = self._rows([seq], True, start, end)
         rows.hidden = self.verifier is not None and self.verifier.wants_hidden
+        rows.taps = self.verifier.taps if rows.hidden else ()
         logits = self.model.forward(rows, self.cache)
         if self.after_forward is not None:
             self.after_forward(rows)

@@ -16,7 +16,7 @@ MAX_PARALLEL, MAX_CONTEXT, MAX_PAGE_TOKENS, MAX_PREFILL_CHUNK = 256, 1 << 24, 1 
 MAX_MEMORY_GIB = float(1 << 20)
 MAX_TEMPERATURE, MAX_TOKENS, MAX_TOKEN_ID = 100.0, 1 << 24, 1 << 31
 MAX_STOPS, MAX_STOP_CHARS = 16, 1024
-DRAFTERS = ("none", "ngram", "mtp", "oracle")  # oracle: the gates' and the bench's (proposes a known run)
+DRAFTERS = ("none", "ngram", "mtp", "dflash2", "oracle")  # oracle: the gates' and the bench's (proposes a known run)
 MAX_DRAFT_TOKENS = 16
 
 
@@ -61,7 +61,8 @@ class EngineSettings:
     page_tokens: int = 256
     memory_gib: float | None = None  # KV budget; None: a safe fraction of free memory
     prefill_chunk: int = 128
-    drafter: str = "none"  # speculative decoding: none, ngram (prompt lookup), mtp (the checkpoint's own head)
+    drafter: str = "none"  # speculative decoding: none, ngram (prompt lookup), mtp (the checkpoint's own head), dflash2
+    drafter_model: str | None = None  # dflash2: the drafter checkpoint folder (or synthetic:dflash2)
     draft_tokens: int = 4  # drafts per verify window (k: the window is k + 1 rows)
     prompt_cache_gib: float = 0.0  # pool pages kept for prefix reuse, part of the KV budget (0 = off)
     snapshot_disk_gib: float = 4.0  # the app's KV snapshot files on disk, oldest removed first (0 = off)
@@ -88,6 +89,9 @@ class EngineSettings:
         if not isinstance(self.drafter, str) or self.drafter not in DRAFTERS:
             raise PlanError(f"drafter must be one of {', '.join(DRAFTERS)}, got {_shown(self.drafter)}")
         _integer("draft tokens", self.draft_tokens, 1, MAX_DRAFT_TOKENS, what="drafts per verify window")
+        if self.drafter_model is not None and (not isinstance(self.drafter_model, str) or not self.drafter_model
+                                               or "\0" in self.drafter_model):
+            raise PlanError(f"drafter model must be a folder path (or empty), got {_shown(self.drafter_model)}")
         if self.memory_gib is not None:
             _number("memory budget (GiB)", self.memory_gib, 0, MAX_MEMORY_GIB, open_low=True)
         _number("prompt cache (GiB)", self.prompt_cache_gib, 0, MAX_MEMORY_GIB)

@@ -6,6 +6,8 @@
 - `write_mlx(dir, cfg, seed, bits, group, overrides)`: the same weights as mlx-lm would convert them
   (renamed, norms shifted, conv1d [C, K, 1], experts split into switch_mlp, no mtp) and affine-quantized.
 - GGUF files: `ckpt_gguf.write_gguf` (llama, qwen3, qwen35, qwen35moe as llama.cpp converts them).
+- `write_dflash2(dir, target, seed, dtype, cfg)`: a DFlash2 drafter checkpoint in z-lab's layout (its
+  config.json with `dflash_config`, model.safetensors under z-lab's names) for the target's shapes.
 
 Each writer is deterministic in `seed` and returns the float32 weights it stored, under their stored
 names, so tests can compare what a loader returns with what was written. The configs are plain HF
@@ -56,6 +58,7 @@ CORPUS = [
 TOKENIZER_VOCAB = 300
 DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "U32": np.uint32, "I32": np.int32}
 ST_NAMES = {np.dtype(v): k for k, v in DTYPES.items()}
+_DTYPE_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}  # config.json's words
 
 
 # --- configs -------------------------------------------------------------------------------------
@@ -281,10 +284,29 @@ def write_hf(folder: str | Path, cfg: dict, seed: int = 0, dtype: str = "bf16",
     folder.mkdir(parents=True, exist_ok=True)
     stored = _round(hf_tensors(cfg, seed) if tensors is None else tensors, dtype)
     write_safetensors(folder / "model.safetensors", stored)
-    cfg = {**cfg, "torch_dtype": {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dtype]}
+    cfg = {**cfg, "torch_dtype": _DTYPE_NAMES[dtype]}
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": [2]}))
     write_tokenizer(folder, chat_template)
+    return {n: t.astype(np.float32) for n, t in stored.items()}
+
+
+# --- DFlash2 drafters ------------------------------------------------------------------------------
+
+def write_dflash2(folder: str | Path, target, seed: int = 0, dtype: str = "bf16", cfg=None,
+                  tensors: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """A DFlash2 checkpoint folder for `target` (a ModelConfig): `cfg` (default: the synthetic
+    drafter of its shapes) and `tensors` (canonical names; default: random from `seed`). Returns the
+    stored weights as float32, by canonical name."""
+    from engine.drafters.dflash2_config import synthetic_config
+    from engine.drafters.dflash2_weights import random_tensors, stored_name
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = cfg or synthetic_config(target)
+    stored = _round(random_tensors(cfg, seed) if tensors is None else tensors, dtype)
+    write_safetensors(folder / "model.safetensors", {stored_name(n): t for n, t in stored.items()})
+    (folder / "config.json").write_text(json.dumps({**cfg.to_hf(), "dtype": _DTYPE_NAMES[dtype]}, indent=2))
     return {n: t.astype(np.float32) for n, t in stored.items()}
 
 

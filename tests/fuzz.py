@@ -38,8 +38,8 @@ import fuzz_app  # noqa: E402
 import fuzz_targets as ft  # noqa: E402
 
 TINY = str(Path(__file__).parent / "fixtures" / "tiny_llama")
-WEIGHTS = {"gguf": 18, "hf": 16, "mlx": 8, "template": 10, "request": 12, "cli": 12, "conversation": 14,
-           "app-start": 4, "kill-9": 6}
+WEIGHTS = {"gguf": 18, "hf": 16, "mlx": 8, "dflash2": 8, "template": 10, "request": 12, "cli": 12,
+           "conversation": 14, "app-start": 4, "kill-9": 6}
 BAD = ("wrong", "traceback", "hang", "blowup")
 
 
@@ -173,6 +173,7 @@ def make(target: str, rng: random.Random, bases: dict, folder: Path, runner, set
         return ft.folder_case(rng, bases, folder, target)
     return {"gguf": lambda: ft.gguf_case(rng, bases, folder),
             "template": lambda: ft.template_case(rng, bases, folder),
+            "dflash2": lambda: ft.dflash2_case(rng, bases, folder),
             "request": lambda: ft.request_case(rng, runner, settings, folder),
             "cli": lambda: ft.cli_case(rng, bases, folder, TINY),
             "conversation": lambda: fuzz_app.conversation_case(rng, folder),

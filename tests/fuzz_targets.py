@@ -53,6 +53,9 @@ def write_bases(root: Path) -> dict[str, Path]:
                       ("qwen3_5", ckpt.tiny_qwen3_5_config()), ("qwen3_5_moe", ckpt.tiny_qwen3_5_moe_config())):
         bases["hf/" + name] = root / f"hf-{name}"
         ckpt.write_hf(bases["hf/" + name], cfg)
+    from engine.config import ModelConfig
+    bases["dflash2/qwen3_5"] = root / "dflash2-qwen3_5"  # a drafter for hf/qwen3_5
+    ckpt.write_dflash2(bases["dflash2/qwen3_5"], ModelConfig.from_hf(ckpt.tiny_qwen3_5_config()))
     for name, cfg, bits in (("qwen3_5-4bit", ckpt.tiny_qwen3_5_config(), 4),
                             ("llama-8bit", ckpt.tiny_llama_config(), 8)):
         bases["mlx/" + name] = root / f"mlx-{name}"
@@ -144,6 +147,48 @@ def _edit_json(rng: random.Random, path: Path, focus: list[tuple]) -> str:
     what = ff.mutate_json_value(rng, obj, focus)
     path.write_text(ff.dump(obj))
     return what
+
+
+DFLASH2_FOCUS = [("hidden_size",), ("num_hidden_layers",), ("num_attention_heads",), ("num_key_value_heads",),
+                 ("head_dim",), ("intermediate_size",), ("vocab_size",), ("sliding_window",), ("layer_types",),
+                 ("layer_types", 0), ("is_causal",), ("rope_parameters",), ("dflash_config",),
+                 ("dflash_config", "block_size"), ("dflash_config", "mask_token_id"),
+                 ("dflash_config", "target_layer_ids"), ("dflash_config", "target_layer_ids", 0),
+                 ("dflash_config", "conv_kernel_size"), ("dflash_config", "conv_group_size"),
+                 ("dflash_config", "selector_rank"), ("dflash_config", "selector_top_k"),
+                 ("dflash_config", "output_multiplier"), ("dflash_config", "final_logit_softcapping")]
+
+
+def dflash2_case(rng: random.Random, bases: dict, folder: Path) -> Case:
+    """A mutated DFlash2 checkpoint as the drafter of hf/qwen3_5: refused at start (the plan says
+    why, the engine runs plain), or drafting; either way two tokens come out."""
+    drafter = folder / "drafter"
+    shutil.copytree(bases["dflash2/qwen3_5"], drafter)
+    if rng.random() < 0.5:
+        what = "config.json " + _edit_json(rng, drafter / "config.json", DFLASH2_FOCUS)
+    else:
+        what = "model.safetensors " + ff.mutate_safetensors(rng, drafter / "model.safetensors")
+    return Case("dflash2", what, lambda: run_drafter(bases["hf/qwen3_5"], drafter), folder)
+
+
+def run_drafter(model: Path, drafter: Path) -> str:
+    from engine import EngineSettings, SamplingParams
+    from engine.engine import Runner, run_to_end
+    from engine.events import Failed
+    s = EngineSettings(model=str(model), backend="numpy", parallel=1, context=256, paging="off", memory_gib=0.25,
+                       drafter="dflash2", drafter_model=str(drafter), draft_tokens=7)
+    runner = Runner(s, log=lambda m: None)
+    sched = runner.scheduler(s)
+    seq = runner.sequence(1, s, [{"role": "user", "content": "hi"}], SamplingParams(temperature=0, max_tokens=4),
+                          lambda e: None)
+    end = run_to_end(sched, [seq])[1]
+    if isinstance(end, Failed):
+        raise (BugError if end.message.startswith("engine error") else LanechatError)(end.message)
+    if seq.draft is not None:  # the drafter raised mid-stream: a checkpoint the loader let through
+        raise BugError(f"the drafter failed on a checkpoint it accepted ({sched.plan.line})")
+    if sched.verifier is None:
+        raise LanechatError(sched.plan.drafter_note)  # refused at start, the engine plain: a clean refusal
+    return "valid"
 
 
 # --- chat templates ----------------------------------------------------------------------------

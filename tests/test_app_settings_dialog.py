@@ -172,6 +172,27 @@ def test_the_drafter_and_its_drafts_reach_the_settings_and_the_plan(qtbot, dialo
     assert "Drafter mtp refused: the checkpoint ships no MTP head" in dialog.plan_label.text()
 
 
+def test_a_dflash2_drafter_is_chosen_with_its_folder(qtbot, dialog, app_model, tmp_path):
+    from engine.config import ModelConfig
+
+    from ckpt import write_dflash2
+    write_dflash2(tmp_path / "drafter", ModelConfig.from_file(f"{app_model}/config.json"))
+    browse = dialog.findChild(type(dialog.apply_button), "browseDrafter")
+    assert not browse.isEnabled() and not dialog.drafter_model.isEnabled()
+    dialog.drafter.setCurrentIndex(dialog.drafter.findData("dflash2"))
+    refreshed(qtbot, dialog)
+    assert "drafter dflash2 refused: no drafter checkpoint chosen" in dialog.plan_line
+    answer_file_dialog(str(tmp_path / "drafter"))
+    click(qtbot, browse)
+    refreshed(qtbot, dialog)
+    s = dialog.settings()
+    assert (s.drafter, s.drafter_model) == ("dflash2", str(tmp_path / "drafter"))
+    assert "drafter dflash2 (4 drafts per window, context ring" in dialog.plan_line and dialog.apply_button.isEnabled()
+    dialog.drafter_model.setText(str(tmp_path))  # not a checkpoint: the plan says so, the engine would run plain
+    refreshed(qtbot, dialog)
+    assert f"drafter dflash2 refused: {tmp_path}/config.json: no such file" in dialog.plan_line
+
+
 def test_cache_and_snapshot_budgets_and_the_clear_action(qtbot, app_home, app_model):
     cleared = []
     s = EngineSettings(model=app_model, backend="numpy", parallel=2, context=512, memory_gib=1.0, paging="all",

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from engine import gates
+from engine.drafters.dflash2_config import SYNTHETIC
 from engine.engine import Runner
 from engine.ops.numpy_backend import NumpyBackend
 from engine.settings import EngineSettings
@@ -71,20 +72,25 @@ def test_gates_cli_prints_the_table(capsys):
     assert main(["gates", "--model", "synthetic:tiny-qwen3", "--backend", "numpy", "--quick", "--max-tokens", "6"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "gate\ttiny-qwen3 bf16\ttiny-qwen3 fp8"
+    assert any(line.startswith("drafted == plain: dflash2") for line in out)  # a synthetic model's random drafter
     assert all(cell.split("/")[0] == cell.split("/")[1] for line in out[1:] for cell in line.split("\t")[1:])
 
 
 def test_drafted_rows_for_every_drafter_that_fits():
-    """n-gram and MTP (random head: mostly rejected) and the oracle (all accepted), paged against
-    contiguous, on a hybrid model; a model without an MTP head gates the other two."""
-    s = EngineSettings(model="synthetic:tiny-qwen3.5", backend="numpy", parallel=8, context=256)
+    """n-gram, MTP and DFlash2 (random weights: mostly rejected) and the oracle (all accepted),
+    paged against contiguous, on a hybrid model; a model without an MTP head gates the others, and
+    DFlash2 runs only with a checkpoint."""
+    s = EngineSettings(model="synthetic:tiny-qwen3.5", backend="numpy", parallel=8, context=256,
+                       drafter_model=SYNTHETIC)
     runner = Runner(s, log=lambda m: None)
+    assert gates.fitting(runner, gates.DRAFTERS, SYNTHETIC) == ["ngram", "mtp", "dflash2", "oracle"]
     assert gates.fitting(runner, gates.DRAFTERS) == ["ngram", "mtp", "oracle"]
     prompts = gates.prompt_set(runner, gates.load_chats(None)[:2], s.context, 6)
     outs = {name: gates.run_arm(runner, replace(s, paging=paging, page_tokens=page), prompts, 6, gates.DRAFTERS)
             for name, paging, page in (gates.ARMS[0], gates.ARMS[3])}
     rows = gates.compare(outs["contiguous"], outs)
     drafted = {r: v for r, v in rows.items() if r.startswith("drafted == plain")}
-    assert len(drafted) == 3 and all(p == t == 2 * (len(prompts) + 8) for p, t in drafted.values()), rows
+    assert len(drafted) == 4 and all(p == t == 2 * (len(prompts) + 8) for p, t in drafted.values()), rows
     llama = Runner(replace(s, model="synthetic:tiny-llama"), log=lambda m: None)
-    assert gates.fitting(llama, gates.DRAFTERS) == ["ngram", "oracle"]
+    assert gates.fitting(llama, gates.DRAFTERS, SYNTHETIC) == ["ngram", "dflash2", "oracle"]
+

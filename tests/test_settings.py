@@ -55,7 +55,8 @@ def test_bad_sampling_values(field, value):
     ("prefill_chunk", 3, "prefill chunk"), ("parallel", 10**9, "parallel must be a whole number from 1 to 256"),
     ("parallel", 2.0, "parallel"), ("context", 2**40, "context"), ("page_tokens", 2**20, "page size"),
     ("backend", ["numpy"], "backend"), ("model", "", "model must be a path"), ("kv_dtype", None, "kv dtype"),
-    ("drafter", "dflash9", "drafter must be one of none, ngram, mtp, oracle"),
+    ("drafter", "dflash9", "drafter must be one of none, ngram, mtp, dflash2, oracle"),
+    ("drafter_model", "", "drafter model must be a folder path"), ("drafter_model", 3, "drafter model"),
     ("draft_tokens", 0, "draft tokens must be a whole number from 1 to 16"), ("draft_tokens", 17, "draft tokens"),
     ("draft_tokens", True, "draft tokens"),
 ])

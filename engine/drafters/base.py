@@ -12,10 +12,12 @@ class Drafter:
     `seq.draft` (it owns that field) and never changes anything else of the stream.
 
     `wants_hidden`: the target's final-normed hidden state of every row it computes for the stream
-    reaches `observe` (prompt chunks and the accepted rows of decode steps), in position order.
+    reaches `observe` (prompt chunks and the accepted rows of decode steps), in position order;
+    with `taps`, the outputs of those target layers instead, concatenated.
     """
     name = "none"
     wants_hidden = False
+    taps: tuple[int, ...] = ()
 
     def bind(self, sched: Scheduler) -> None:
         """The scheduler it drafts for (a drafter with K/V of its own reads its cache and lanes)."""
@@ -25,4 +27,5 @@ class Drafter:
         raise NotImplementedError
 
     def observe(self, seq: Sequence, first: int, hidden: Any) -> None:
-        """Hidden states (backend array [n, hidden]) of positions first..first+n-1 of the stream."""
+        """Hidden states (backend array [n, hidden]) of positions first..first+n-1 of the stream,
+        before their tokens are appended (rows past its end where the stream ends inside a window)."""

@@ -62,6 +62,10 @@ class Verifier:
     def wants_hidden(self) -> bool:
         return self.drafter.wants_hidden
 
+    @property
+    def taps(self) -> tuple[int, ...]:
+        return self.drafter.taps
+
     # --- drafts ------------------------------------------------------------------------------
     def room(self, seq: Sequence) -> int:
         """Drafts this stream may verify now: k, fewer near its context or token limit, or as many
@@ -114,7 +118,7 @@ class Verifier:
             positions[r] = np.arange(seq.computed, seq.computed + 1 + len(d))
             lanes[r] = seq.lane.index
             tables[r] = sched.lanes.table(seq.lane)
-        return Rows(tokens, positions, tables, lanes, False, window=W, hidden=self.wants_hidden)
+        return Rows(tokens, positions, tables, lanes, False, window=W, hidden=self.wants_hidden, taps=self.taps)
 
     def step(self, seqs: list[Sequence]) -> None:
         sched, b = self.sched, self.sched.b
@@ -142,9 +146,12 @@ class Verifier:
     def commit(self, seq: Sequence, tokens: list[int], hidden) -> int:
         """Append the accepted tokens (returns how many the stream took); the lane keeps the state
         after the last row that stays. A stream that ends inside the window (EOS, stop, length)
-        keeps the state of its last token, so its snapshot is exactly what plain decoding leaves."""
+        keeps the state of its last token, so its snapshot is exactly what plain decoding leaves.
+        The drafter sees the accepted rows first, so a stream's snapshot has them whatever ends it."""
         sched, p = self.sched, seq.computed
         last = len(tokens) - 1
+        if hidden is not None:
+            self.observe(seq, p, hidden)
         if not seq.snapshot_at_end:
             sched.cache.keep(seq.lane.index, last)
         for i, tok in enumerate(tokens):
@@ -154,6 +161,4 @@ class Verifier:
             sched._append(seq, tok)
             if seq not in sched.active:
                 return i + 1
-        if hidden is not None:
-            self.observe(seq, p, hidden)
         return len(tokens)

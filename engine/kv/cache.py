@@ -12,6 +12,11 @@ Verify windows (speculative decoding, k drafts): the recurrent arrays hold k + 1
 starting from row j-1's state (`fork`); `keep(lane, row)` makes the accepted row's state the lane's.
 A padding row (lane -1) lands on a block's scratch slot whatever j is.
 
+Context rings (a DFlash2 drafter, `ring`): per lane and drafter layer the keys and values of the
+last `ring_len` positions of the stream's context, slot position % ring_len, fp16 (drafts need no
+exact bits), and `ring_pos` [lanes, ring_len], the position each slot holds (-1: none), so a ring
+says by itself what it holds wherever a snapshot puts it.
+
 Snapshots: `read(lane, n)` copies a lane's first n positions of K/V and its recurrent slots to the
 host as they are stored (raw bits, no re-encoding), and `write(lane, snap)` puts them into any lane
 that holds pages for n positions, so a stream continues bit for bit wherever it lands.
@@ -49,6 +54,15 @@ def slots(tables: np.ndarray, positions: np.ndarray, page_tokens: int) -> np.nda
     return pages.astype(np.int64) * page_tokens + positions % page_tokens
 
 
+def ring_bytes(lanes: int, ring: tuple[int, int, int, int] | None) -> int:
+    """Bytes of the context rings of `lanes` streams: fp16 K and V of (layers, positions, kv heads,
+    head dim) each, and an int32 position per slot."""
+    if not ring:
+        return 0
+    layers, n, kvh, hd = ring
+    return lanes * n * (layers * 2 * kvh * hd * 2 + 4)
+
+
 def encode_kv(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray | None]:
     """float32 [n, heads, dim] → raw stored bits (+ per-head fp8 scales = amax / 448)."""
     if dtype == F32:
@@ -75,10 +89,11 @@ class LaneState:
     kv_dtype: str
     kv: list[tuple[np.ndarray, ...]]  # per attention layer: k, v [n, kv_heads, head_dim] (+ fp8 scales [n, kv_heads])
     state: list[tuple[np.ndarray, ...]]  # per recurrent layer: its arrays at the lane's slot (fp32)
+    ring: tuple[np.ndarray, ...] = ()  # a drafter's context ring: K, V [layers, ring_len, kvh, hd], positions
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for group in self.kv + self.state for a in group)
+        return sum(a.nbytes for group in self.kv + self.state + [self.ring] for a in group)
 
 
 class Cache:
@@ -90,8 +105,9 @@ class Cache:
 
     def __init__(self, backend: Backend, *, layers: int, pages: int, page_tokens: int, kv_heads: int,
                  head_dim: int, kv_dtype: str, lanes: int, state_shapes: list[tuple[tuple[int, ...], ...]] = (),
-                 draft_tokens: int = 0):
-        """draft_tokens: k of the verify windows (0: no drafting); the recurrent slots grow k + 1 times."""
+                 draft_tokens: int = 0, ring: tuple[int, int, int, int] | None = None):
+        """draft_tokens: k of the verify windows (0: no drafting); the recurrent slots grow k + 1 times.
+        ring: (layers, positions, kv heads, head dim) of a drafter's context ring per lane."""
         if kv_dtype not in backend.kv_stores:
             raise PlanError(f"the {backend.name} backend does not store {kv_dtype} K/V "
                             f"({', '.join(backend.kv_stores)})")
@@ -106,6 +122,7 @@ class Cache:
             need += layers * 2 * int(np.prod(shape[:3])) * 4
         # The slots (k + 1 blocks with a scratch slot each), and a checkpoint slot per lane.
         need += (slots_total + lanes) * sum(4 * int(np.prod(s)) for group in state_shapes for s in group)
+        need += ring_bytes(lanes, ring)
         free = backend.free_memory()
         if need > free:
             raise PlanError(f"the KV cache needs {need / GIB:.2f} GiB but the {backend.device} has {free / GIB:.2f} "
@@ -119,6 +136,13 @@ class Cache:
                 a[...] = 1  # the scale of an all-zero head
         self.state = [tuple(backend.zeros((slots_total, *s), np.float32) for s in group) for group in state_shapes]
         self._saved = [tuple(backend.zeros((lanes, *s), np.float32) for s in group) for group in state_shapes]
+        ring_layers, self.ring_len, ring_heads, ring_dim = ring or (0, 0, 0, 0)
+        self.ring_k = [backend.zeros((lanes, self.ring_len, ring_heads, ring_dim), np.float16)
+                       for _ in range(ring_layers)]
+        self.ring_v = [backend.zeros((lanes, self.ring_len, ring_heads, ring_dim), np.float16)
+                       for _ in range(ring_layers)]
+        self.ring_pos = backend.zeros((lanes, self.ring_len), np.int32)
+        self.ring_pos[...] = -1
         self._b = backend
 
     # --- layout ---------------------------------------------------------------------------
@@ -135,7 +159,8 @@ class Cache:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for g in self._kv_arrays() + self.state + self._saved for a in g)
+        rings = self.ring_k + self.ring_v + [self.ring_pos]
+        return sum(a.nbytes for g in self._kv_arrays() + self.state + self._saved + [rings] for a in g)
 
     # --- per-lane state -------------------------------------------------------------------
     def reset(self, lane: int) -> None:
@@ -144,6 +169,13 @@ class Cache:
         for group in self.state:
             for a in group:
                 a[lane] = 0
+        if self.ring_len:
+            self.ring_pos[lane] = -1
+
+    def ring_mark(self, lane: int, positions: np.ndarray) -> None:
+        """The lane's ring slots of these positions hold them now (after `ring_write` of every layer)."""
+        p = np.asarray(positions, np.int32)
+        self.ring_pos[lane, self._b.asarray(p % self.ring_len)] = self._b.asarray(p)
 
     # --- verify windows -------------------------------------------------------------------
     def window_slots(self, lanes, row: int):
@@ -208,7 +240,11 @@ class Cache:
         kv = [tuple(b.to_host(g[layer].reshape(-1, *g[layer].shape[2:])[rows]) for g in self._kv_arrays())
               for layer in range(len(self.k))]
         state = [tuple(np.array(b.to_host(a[lane.index]), np.float32) for a in group) for group in self.state]
-        return LaneState(n, self.dtype, kv, state)
+        ring = ()
+        if self.ring_len:
+            ring = (np.stack([b.to_host(a[lane.index]) for a in self.ring_k]),
+                    np.stack([b.to_host(a[lane.index]) for a in self.ring_v]), b.to_host(self.ring_pos[lane.index]))
+        return LaneState(n, self.dtype, kv, state, ring)
 
     def write(self, lane: Lane, snap: LaneState) -> None:
         """Put a snapshot into `lane` (which must hold pages for snap.n positions), bit for bit."""
@@ -225,3 +261,18 @@ class Cache:
         for group, saved in zip(self.state, snap.state):
             for a, s in zip(group, saved):
                 a[lane.index] = b.asarray(np.asarray(s, np.float32))
+        if self.ring_len:
+            self._write_ring(lane.index, snap.ring)
+
+    def _write_ring(self, lane: int, ring: tuple[np.ndarray, ...]) -> None:
+        """A snapshot's ring into the lane's; one of another shape (or none: taken without this
+        drafter) leaves the ring empty, and the drafter starts from the positions it sees next."""
+        shape = (len(self.ring_k), *self.ring_k[0].shape[1:]) if self.ring_k else None
+        if len(ring) != 3 or ring[0].shape != shape or ring[1].shape != shape or ring[2].shape != (self.ring_len,):
+            self.ring_pos[lane] = -1
+            return
+        b = self._b
+        for i, (k, v) in enumerate(zip(ring[0], ring[1])):
+            self.ring_k[i][lane] = b.asarray(np.asarray(k, np.float16))
+            self.ring_v[i][lane] = b.asarray(np.asarray(v, np.float16))
+        self.ring_pos[lane] = b.asarray(np.asarray(ring[2], np.int32))

@@ -1,7 +1,7 @@
 """Snapshots: a stream stopped between steps, in host memory and as a file on disk.
 
 The file is safetensors: the token ids, every attention layer's K/V rows as stored bits (plus fp8
-scales) and every recurrent layer's arrays, with a header naming the model fingerprint
+scales), every recurrent layer's arrays and a drafter's context ring, with a header naming the model fingerprint
 (`engine.fingerprint`), the K/V dtype, the page size it ran with, the hash of its token ids and
 an xxh3 checksum of every tensor's bytes. It is written to a temp file and renamed, so a full disk
 or a kill leaves the old file whole. A file whose format, fingerprint, dtype or checksum does not
@@ -61,6 +61,8 @@ def _tensors(snap: Snapshot) -> dict[str, np.ndarray]:
     for i, arrays in enumerate(snap.cache.state):
         for j, a in enumerate(arrays):
             out[f"state.{i}.{j}"] = np.ascontiguousarray(a)
+    for j, a in enumerate(snap.cache.ring):
+        out[f"ring.{j}"] = np.ascontiguousarray(a)
     return out
 
 
@@ -127,13 +129,14 @@ def load(path: Path, fingerprint: str, kv_dtype: str) -> Snapshot:
               for layer in range(kv_layers)]
         state = [tuple(tensors[f"state.{i}.{j}"] for j in range(_count(tensors, f"state.{i}.")))
                  for i in range(state_layers)]
+        ring = tuple(tensors[f"ring.{j}"] for j in range(_count(tensors, "ring.")))
         prompt_len = int(meta["prompt_len"])
     except (KeyError, ValueError) as e:
         raise SnapshotError(f"{path.name}: inconsistent header ({e})") from None
     if token_hash(tokens) != meta.get("tokens_hash") or not 0 < n < len(tokens) + 1 or any(
             a.shape[0] != n for group in kv for a in group):
         raise SnapshotError(f"{path.name}: inconsistent header (tokens and rows disagree)")
-    return Snapshot(tokens, prompt_len, LaneState(n, kv_dtype, kv, state))
+    return Snapshot(tokens, prompt_len, LaneState(n, kv_dtype, kv, state, ring))
 
 
 def _count(tensors: dict, prefix: str) -> int:

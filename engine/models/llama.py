@@ -74,12 +74,13 @@ class Llama:
     def make_cache(self, backend: Backend, plan: Plan, kv_store: str | None = None) -> Cache:
         """The cache of a plan's streams: K/V pages of every attention layer (+ the scratch page; + a
         drafter's own attention layers, after the model's) and the recurrent slots `state_shapes`
-        names (+ a verify window's rows). kv_store: tests' lossless `kv.cache.F32`."""
+        names (+ a verify window's rows; + a DFlash2 drafter's context rings). kv_store: tests'
+        lossless `kv.cache.F32`."""
         c = self.cfg
         return Cache(backend, layers=len(c.attention_layers) + plan.draft_layers, pages=plan.pages_total + 1,
                      page_tokens=plan.page_tokens, kv_heads=c.kv_heads, head_dim=c.head_dim,
                      kv_dtype=kv_store or plan.kv_dtype, lanes=plan.parallel, state_shapes=self.state_shapes(),
-                     draft_tokens=plan.draft_tokens)
+                     draft_tokens=plan.draft_tokens, ring=plan.draft_ring)
 
     def state_shapes(self) -> list[tuple[tuple[int, ...], ...]]:
         """Per recurrent layer, the shapes of its per-lane arrays: none in a pure transformer."""
@@ -88,21 +89,29 @@ class Llama:
     # --- forward ---------------------------------------------------------------------------
     def forward(self, rows: Rows, cache: Cache):
         """Logits (backend array [len(rows.want), vocab]) for the wanted rows; with `rows.hidden`,
-        (logits, the final-normed hidden state of every row) for a drafter."""
+        (logits, the final-normed hidden state of every row) for a drafter, or with `rows.taps` the
+        outputs of those layers instead, concatenated (the last layer's is the final-normed one,
+        as transformers reports it)."""
         b, c = self.b, self.cfg
         x = b.embed(self.embed, b.asarray(rows.tokens))
         residual = None
+        taps = {}
         for i, layer in enumerate(self.layers):
             if residual is None:
                 h, residual = b.rmsnorm(x, layer["in_norm"], c.rms_eps), x
             else:
                 h, residual = b.add_rmsnorm(x, residual, layer["in_norm"], c.rms_eps)
+                if i - 1 in rows.taps:
+                    taps[i - 1] = residual  # x + residual: layer i - 1's output
             x = self.mixer(i, layer, h, rows, cache)
             h, residual = b.add_rmsnorm(x, residual, layer["post_norm"], c.rms_eps)
             x = self.mlp(layer, h, rows)
         h, _ = b.add_rmsnorm(x, residual, self.norm, c.rms_eps)
+        taps[len(self.layers) - 1] = h
         logits = self.head(h[b.asarray(rows.want)] if len(rows.want) != len(rows) else h)
-        return (logits, h) if rows.hidden else logits
+        if not rows.hidden:
+            return logits
+        return logits, (b.concat([taps[t] for t in rows.taps]) if rows.taps else h)
 
     def head(self, h):
         return self.b.linear(h, self.lm_head)

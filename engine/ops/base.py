@@ -91,6 +91,26 @@ class Backend(Protocol):
         window > 1: decode rows in verify windows of that many rows per lane (`Rows.window`); a row
         reads the K/V its window's earlier rows wrote in this forward's `kv_write`."""
 
+    # --- drafters: DFlash2's block over a stream's context ring (Cache.ring_*) ----------------
+    def ring_write(self, cache: Cache, layer: int, lane: int, k: Array, v: Array, positions: np.ndarray) -> None:
+        """Context keys and values [n, kv_heads, hd] of a lane's positions into ring layer `layer`
+        (slot position % cache.ring_len; at most ring_len distinct slots)."""
+
+    def ring_attention(self, q: Array, k: Array, v: Array, cache: Cache, layer: int, lane: int, first: int,
+                       window: int | None, causal: bool) -> Array:
+        """Attention of one block's rows q [B, heads, hd] at positions first..first+B-1 over the
+        lane's ring keys of positions before `first` within `window` of each row (None: all) and
+        the block's own keys k, v [B, kv_heads, hd] (all of them; with `causal`, those up to the row)."""
+
+    def dynamic_conv(self, x: Array, dyn: Array, base: Array, group: int) -> Array:
+        """DFlash2's dynamic conv over one block's rows x [B, H], in row order: y_t[c] =
+        Σ_o (base[o, c] + dyn[t, o·G + c // group]) · x_{t-o}[c], rows before the block zero;
+        dyn [B, taps·G] with G = H / group, base [taps, H]."""
+
+    def top_k(self, x: Array, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k largest values of each row of x [n, V] and their ids, on the host (float32,
+        int64; largest first, equal values in id order)."""
+
     # --- heads -------------------------------------------------------------------------------
     def decode_step(self, model: Any, rows: Rows, cache: Cache) -> Array:
         """One decode forward of `rows` (logits [n, vocab]); valid until the next decode step."""

@@ -15,7 +15,8 @@ Same models, cache and scheduler as the numpy reference. What differs is inside:
   in a fixed tree; prompt chunks use the same GEMV, so no GEMM ever mixes rows. KV bits match
   `encode_kv`.
 - CUDA graphs (`cupy_graphs`): `decode_step` replays graphs captured per power-of-two batch size.
-- Gated DeltaNet and MoE ops (`cupy_qwen3_5.Qwen35Ops`, mixed in).
+- Gated DeltaNet and MoE ops (`cupy_qwen3_5.Qwen35Ops`, mixed in), and the drafters' ops
+  (`cupy_drafters.DrafterOps`: DFlash2's block, composed of CuPy array ops).
 
 All work goes to one non-blocking CUDA stream, made current (`_use`) by every entry point: the
 engine thread owns every GPU call. (Never `with stream:` here: leaving such a block makes the
@@ -45,6 +46,7 @@ except Exception as e:  # pragma: no cover - get_backend reports why first
 import kernels.launch as K
 
 from . import cupy_graphs, cupy_weights
+from .cupy_drafters import DrafterOps
 from .cupy_lazy import Heads, Lazy, Normed, Residual, SiluMul, aligned_rows, unit_rows
 from .cupy_qwen3_5 import Qwen35Ops
 from .cupy_weights import QWeight
@@ -55,7 +57,7 @@ from .cupy_weights import QWeight
 STICKY_CUDA_ERRORS = frozenset({214, 220, 700, 702, 710, 714, 715, 716, 717, 718, 719})
 
 
-class CupyBackend(Qwen35Ops):
+class CupyBackend(Qwen35Ops, DrafterOps):
     name = "cupy"
     kv_stores = ("bf16", "fp8")  # what the kernels of attention.cu read and write
 

@@ -1,5 +1,5 @@
 """CUDA-graph decode: decode steps replayed from graphs captured per (model, batch size, table width,
-verify window, hidden states wanted).
+verify window, hidden states wanted and which).
 
 A decode batch is padded to the next power of two of streams (each `Rows.window` rows: k + 1 in a
 verify window, so a drafter's k gives one more shape per batch size) with rows that write to the
@@ -69,7 +69,7 @@ class DecodeGraphs:
             return model.forward(rows, cache)
         W = rows.tables.shape[1]
         per_cache = self._per_cache.setdefault(cache, {})
-        key = (id(model), B, W, rows.window, rows.hidden)
+        key = (id(model), B, W, rows.window, rows.hidden, rows.taps)
         entry = per_cache.get(key)
         if entry is None:
             entry = per_cache[key] = GraphEntry(B, W)
@@ -101,7 +101,7 @@ class DecodeGraphs:
     def _device_rows(entry: GraphEntry, like: Rows) -> Rows:
         B, W = entry.B, entry.W
         r = Rows(np.zeros(B, np.int32), np.zeros(B, np.int32), np.zeros((B, W), np.int32), np.zeros(B, np.int32),
-                 False, window=like.window, hidden=like.hidden)
+                 False, window=like.window, hidden=like.hidden, taps=like.taps)
         r.tokens, r.positions, r.lanes, r.tables = entry.views()
         return r
 

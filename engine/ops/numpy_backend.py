@@ -14,6 +14,7 @@ from ..kv.cache import F32, decode_kv, encode_kv, slots
 from ..memory import system_free_bytes
 from ..sampling import sample
 from ..weights import Tensor, dequantize
+from . import dflash2_math as dm
 from .base import GraphStats, Kind
 
 if TYPE_CHECKING:
@@ -149,6 +150,29 @@ class NumpyBackend:
             o = p.reshape(kvh, len(idx) * g, end) @ v.transpose(1, 0, 2)  # [kvh, rows·g, hd]
             out[idx] = o.reshape(kvh, len(idx), g, hd).transpose(1, 0, 2, 3).reshape(len(idx), heads, hd)
         return out
+
+    # --- drafters (the math both backends share: dflash2_math) ------------------------------
+    def ring_write(self, cache: Cache, layer: int, lane: int, k, v, positions) -> None:
+        slots = np.asarray(positions) % cache.ring_len
+        cache.ring_k[layer][lane, slots] = k
+        cache.ring_v[layer][lane, slots] = v
+
+    def ring_attention(self, q, k, v, cache: Cache, layer: int, lane: int, first: int, window: int | None,
+                       causal: bool) -> np.ndarray:
+        """One block's rows together: the ring's keys, then the block's, under one mask."""
+        keys = np.concatenate([cache.ring_k[layer][lane].astype(np.float32), k])  # [R + B, kvh, hd]
+        values = np.concatenate([cache.ring_v[layer][lane].astype(np.float32), v])
+        mask = dm.ring_mask(np, cache.ring_pos[lane], first, len(q), window, causal)
+        return dm.block_attention(np, q, keys, values, mask)
+
+    def dynamic_conv(self, x, dyn, base, group: int) -> np.ndarray:
+        return dm.dynamic_conv(np, x, dyn, base, group)
+
+    def top_k(self, x, k: int) -> tuple[np.ndarray, np.ndarray]:
+        x = np.asarray(x, np.float32)
+        k = min(k, x.shape[1])
+        ids = np.argpartition(-x, k - 1, axis=1)[:, :k]
+        return dm.ranked(np.take_along_axis(x, ids, 1), ids)
 
     # --- heads ----------------------------------------------------------------------------
     def decode_step(self, model: Any, rows: Rows, cache: Cache) -> np.ndarray:
@@ -350,3 +374,4 @@ class NumpyBackend:
             a = gu[:, :I] / (np.float32(1.0) + np.exp(-gu[:, :I])) * gu[:, I:]
             out[r] += weights[r, j][:, None] * (a @ down[e].T)
         return out
+
