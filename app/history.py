@@ -1,7 +1,8 @@
 """The sidebar: every saved conversation, pinned ones first, then newest first. Click or Enter
-opens it (or shows its tab); the context menu pins, exports to Markdown or deletes (after
-asking); Delete deletes too. The search box above (Ctrl+K) keeps only the conversations whose
-title or messages hold what is typed, each with the line around its hit."""
+opens it (or shows its tab); the context menu pins, exports (one or all, Markdown or JSON),
+imports, or deletes (Undo in the notice brings it back); Delete deletes too. The search box
+above (Ctrl+K) keeps only the conversations whose title or messages hold what is typed, each with
+the line around its hit."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -98,6 +99,8 @@ class _List(QListWidget):
 class HistoryPanel(QWidget):
     open_requested = Signal(str)
     export_requested = Signal(str)
+    export_all_requested = Signal()
+    import_requested = Signal()
     delete_requested = Signal(str)
     new_requested = Signal()
     pin_requested = Signal(str, bool)
@@ -147,9 +150,10 @@ class HistoryPanel(QWidget):
         self._empty.setVisible(not convs)
         self._highlight()
 
-    def upsert(self, conv: Conversation, is_open: bool) -> None:
-        """Add or refresh one conversation and move it to the top (it was just used)."""
-        item = self._item(conv.id)
+    def upsert(self, conv: Conversation, is_open: bool, on_top: bool = True) -> None:
+        """Add or refresh one conversation and move it to the top (it was just used); not
+        `on_top`: to its place by when it was last used (one that comes back from the trash)."""
+        item = self.item(conv.id)
         if item is None:
             item = QListWidgetItem()
             item.setData(_ID, conv.id)
@@ -162,13 +166,18 @@ class HistoryPanel(QWidget):
         item.setToolTip(conv.title)
         self._convs[conv.id] = conv
         pinned = sum(1 for i in range(self.list.count()) if self.list.item(i).data(_PINNED))
-        self.list.insertItem(0 if conv.pinned else pinned, item)
+        row = 0 if conv.pinned else pinned
+        if not on_top:  # past the newer ones of its group
+            end = pinned if conv.pinned else self.list.count()
+            while row < end and self._convs[self.list.item(row).data(_ID)].updated > conv.updated:
+                row += 1
+        self.list.insertItem(row, item)
         self._empty.hide()
         self._filter_item(item)
         self._highlight()
 
     def set_open(self, cid: str, is_open: bool) -> None:
-        item = self._item(cid)
+        item = self.item(cid)
         if item is not None:
             item.setData(_OPEN, is_open)
 
@@ -179,7 +188,7 @@ class HistoryPanel(QWidget):
         self._highlight()
 
     def remove(self, cid: str) -> None:
-        item = self._item(cid)
+        item = self.item(cid)
         if item is not None:
             self.list.takeItem(self.list.row(item))
         self._convs.pop(cid, None)
@@ -190,6 +199,14 @@ class HistoryPanel(QWidget):
         """The id of the highlighted conversation, if any."""
         items = self.list.selectedItems()
         return items[0].data(_ID) if items else None
+
+    def conversation(self, cid: str) -> Conversation | None:
+        """The listed conversation of that id, as last saved (an open tab's is its own)."""
+        return self._convs.get(cid)
+
+    def conversations(self) -> list[Conversation]:
+        """Every listed conversation, in the list's order."""
+        return [self._convs[cid] for cid in self.ids()]
 
     def ids(self) -> list[str]:
         return [self.list.item(i).data(_ID) for i in range(self.list.count())]
@@ -220,33 +237,40 @@ class HistoryPanel(QWidget):
     def _open_first_hit(self) -> None:
         shown = self.shown_ids()
         if shown:
-            self._open(self._item(shown[0]))
+            self._open(self.item(shown[0]))
 
     def _highlight(self) -> None:
-        item = self._item(self._active) if self._active else None
+        item = self.item(self._active) if self._active else None
         if item is not None:
             self.list.setCurrentItem(item)
         else:
             self.list.clearSelection()
             self.list.setCurrentItem(None)
 
-    def _item(self, cid: str) -> QListWidgetItem | None:
+    def item(self, cid: str) -> QListWidgetItem | None:
         return next((self.list.item(i) for i in range(self.list.count()) if self.list.item(i).data(_ID) == cid), None)
 
     def _delete_current(self) -> None:
         if self.list.currentItem():
             self.delete_requested.emit(self.list.currentItem().data(_ID))
 
-    def _menu(self, pos: QPoint) -> None:
-        item = self.list.itemAt(pos)
-        if item is None:
-            return
-        cid = item.data(_ID)
+    def context_menu(self, item: QListWidgetItem | None) -> QMenu:
+        """The right-click menu of a conversation (or, for None, of the list around them)."""
         menu = QMenu(self)
-        menu.addAction("Open", lambda: self._open(item))
-        pinned = bool(item.data(_PINNED))
-        menu.addAction("Unpin" if pinned else "Pin to top", lambda: self.pin_requested.emit(cid, not pinned))
-        menu.addAction("Export to Markdown…", lambda: self.export_requested.emit(cid))
-        menu.addSeparator()
-        menu.addAction("Delete…", lambda: self.delete_requested.emit(cid))
+        if item is not None:
+            cid = item.data(_ID)
+            menu.addAction("Open", lambda: self._open(item))
+            pinned = bool(item.data(_PINNED))
+            menu.addAction("Unpin" if pinned else "Pin to top", lambda: self.pin_requested.emit(cid, not pinned))
+            menu.addAction("Export…", lambda: self.export_requested.emit(cid))
+        menu.addAction("Export all…", self.export_all_requested.emit)
+        menu.addAction("Import…", self.import_requested.emit)
+        if item is not None:
+            menu.addSeparator()
+            menu.addAction("Delete", lambda: self.delete_requested.emit(cid))
+        return menu
+
+    def _menu(self, pos: QPoint) -> None:
+        menu = self.context_menu(self.list.itemAt(pos))
         menu.exec(self.list.viewport().mapToGlobal(pos))
+        menu.deleteLater()

@@ -1,7 +1,7 @@
 """Unloading an idle model: after N minutes without a request, the engine stops and gives its memory
 back; the next message loads it again (the reply shows the progress).
 
-The setting (`preferences.json`, "idle_unload_minutes"): null for automatic (on where the model's
+The setting (app.preferences, "idle_unload_minutes"): null for automatic (on where the model's
 memory is the desktop's, engine.unload_when_idle), 0 for never, or a number of minutes. While this
 computer's engine is served on localhost it is never unloaded: other programs count on it.
 """
@@ -9,36 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from engine import IDLE_UNLOAD_MINUTES, jsonfile, paths, unload_when_idle
+from engine import IDLE_UNLOAD_MINUTES, unload_when_idle
 
-from .atomic import write_json_atomic
+from . import preferences
 from .engine_bridge import EngineBridge
 
 CHECK_MS = 15_000
 CHOICES = (None, 0, 5, 15, 30, 60)  # what the settings offer
 
 
-def preferences_path() -> Path:
-    return paths.config_dir() / "preferences.json"
-
-
 def load_minutes() -> int | None:
     """The saved choice; anything unreadable is automatic."""
-    try:
-        raw = jsonfile.read(preferences_path(), 4, 1 << 16)
-    except (OSError, ValueError):
-        return None
-    value = raw.get("idle_unload_minutes") if isinstance(raw, dict) else None
+    value = preferences.load().get("idle_unload_minutes")
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 24 * 60 else None
 
 
 def save_minutes(minutes: int | None) -> None:
-    write_json_atomic(preferences_path(), {"idle_unload_minutes": minutes})
+    preferences.save("idle_unload_minutes", minutes)
 
 
 def effective_minutes(choice: int | None, unified: bool) -> int:

@@ -23,19 +23,21 @@ from .store import ConversationStore
 from .window import MainWindow
 
 
-def create_window() -> MainWindow:
-    """The window of the last session, wired to a stopped engine: call start_engine() next."""
+def create_window(bridge: EngineBridge | None = None) -> MainWindow:
+    """The window of the last session, wired to a stopped engine (`bridge`: another one, e.g. a
+    test's): call start_engine() next."""
     remove_leftovers()
     settings, notice = load_settings()
     store = ConversationStore(paths.data_dir() / "conversations")
+    store.trash.empty()  # deletions of earlier sessions: their Undo is gone (app/trash.py)
     notices = store.recover() + ([notice] if notice else [])
-    window = MainWindow(store, EngineBridge(), settings, icon=app_icon(), chosen=load_sampling_chosen())
+    window = MainWindow(store, bridge or EngineBridge(), settings, icon=app_icon(), chosen=load_sampling_chosen())
     window.restore(notices)
     return window
 
 
 def configure(app: QApplication) -> None:
-    """Names, icon and look; before the first window is shown."""
+    """Names, icon and look (the theme saved, or the system's); before the first window is shown."""
     # Must match the .desktop file's name so the shell ties the window to its launcher and icon.
     QGuiApplication.setDesktopFileName(APP_ID)
     app.setApplicationName("lanechat")  # X11 WM_CLASS, matched by the entry's StartupWMClass

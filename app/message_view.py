@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Callable
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QFrame,
@@ -56,6 +56,7 @@ class CodeBlock(QFrame):
         super().__init__(parent, objectName="codeBlock")
         self.code = ""
         self._coloured: str | None = None  # the code the colours were made for
+        self._dark = False  # ... and whether for a dark background
         self.lang = lang
         header = QFrame(objectName="codeHeader")
         hl = QHBoxLayout(header)
@@ -81,7 +82,17 @@ class CodeBlock(QFrame):
         """The block has closed: colour its syntax (once)."""
         if self._coloured != self.code:
             self._coloured = self.code
-            highlight(self.view.document(), self.code, self.lang, theme.is_dark(self.palette()))
+            self._dark = theme.is_dark(self.palette())
+            highlight(self.view.document(), self.code, self.lang, self._dark)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
+        super().changeEvent(event)
+        # Another theme: colours made for a light background do not read on a dark one.
+        if (event.type() == QEvent.Type.PaletteChange and self._coloured is not None
+                and self._dark != theme.is_dark(self.palette())):
+            self.view.set_plain(self.code)
+            self._coloured = None
+            self.finish()
 
 
 class MessageWidget(QFrame):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtCore import QEvent
+from PySide6.QtWidgets import QApplication, QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
 
 from . import theme
 
@@ -13,12 +14,8 @@ class Notice(QFrame):
     def __init__(self, text: str, error: bool, action: tuple[str, Callable[[], None]] | None = None,
                  widget: QWidget | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.text = text
-        p = self.palette()
-        colour = theme.error_color(p) if error else theme.mix(p.text().color(), p.highlight().color(), 0.6)
-        bg = theme.mix(p.base().color(), colour, 0.10)
-        self.setStyleSheet(f"Notice {{ background: {bg.name()}; border-bottom: 1px solid "
-                           f"{theme.mix(bg, colour, 0.3).name()}; }}")
+        self.text, self.error = text, error
+        self._colour()
         row = QHBoxLayout(self)
         row.setContentsMargins(16, 6, 8, 6)
         label = QLabel(text, wordWrap=True)
@@ -36,6 +33,20 @@ class Notice(QFrame):
         close = QToolButton(text="✕", toolTip="Dismiss", autoRaise=True)
         close.clicked.connect(self.dismiss)
         row.addWidget(close)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:  # another theme
+            self._colour()
+
+    def _colour(self) -> None:
+        # The theme's palette: the widget's own takes the colours of the style sheet set here.
+        p = QApplication.palette(self)
+        colour = theme.error_color(p) if self.error else theme.mix(p.text().color(), p.highlight().color(), 0.6)
+        bg = theme.mix(p.base().color(), colour, 0.10)
+        sheet = f"Notice {{ background: {bg.name()}; border-bottom: 1px solid {theme.mix(bg, colour, 0.3).name()}; }}"
+        if sheet != self.styleSheet():  # setting it is a palette change too
+            self.setStyleSheet(sheet)
 
     def dismiss(self) -> None:
         self.hide()

@@ -2,6 +2,7 @@
 
 A file that cannot be read (corrupt, too large or deep, or from a newer Lanechat) is moved into
 `set-aside/` with a notice, so one bad file never blocks the others and is never overwritten.
+Deleting moves a conversation and its KV snapshots into the trash (app/trash.py), for Undo.
 `recover` runs at start: a write that a kill cut short leaves its temp file, which may hold the
 newest turn.
 """
@@ -14,8 +15,9 @@ from pathlib import Path
 
 from engine import jsonfile
 
-from .atomic import leftovers, write_atomic, write_json_atomic
+from .atomic import leftovers, write_json_atomic
 from .conversation import Conversation, FormatError, Message
+from .trash import Trash, conversation_id
 
 _ID = re.compile(r"[A-Za-z0-9_.-]+")
 _TEMP = re.compile(r"\.(.+)\.json\.[^.]+\.tmp")  # write_atomic's temp name for <id>.json
@@ -27,6 +29,7 @@ class ConversationStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.aside = root / "set-aside"
+        self.trash = Trash(root.parent / "trash")
         root.mkdir(parents=True, exist_ok=True)
 
     def path(self, cid: str) -> Path:
@@ -61,6 +64,14 @@ class ConversationStore:
     def exists(self, cid: str) -> bool:
         return self.path(cid).is_file()
 
+    def taken(self, cid: str) -> bool:
+        """Whether a new conversation must not take this id: a file has it, or a deleted one in
+        the trash (Undo brings it back), or no file can be named after it."""
+        try:
+            return self.exists(cid) or any(conversation_id(e) == cid for e in self.trash.entries())
+        except FormatError:
+            return True
+
     def load(self, cid: str) -> Conversation:
         """Read one conversation; raises FormatError (after setting the file aside) if unreadable."""
         return self._read(self.path(cid))
@@ -76,13 +87,22 @@ class ConversationStore:
         convs.sort(key=lambda c: c.updated, reverse=True)
         return convs, notices
 
-    def delete(self, cid: str) -> None:
-        self.path(cid).unlink(missing_ok=True)
-        for snap in self.snapshot_files(cid):
-            snap.unlink(missing_ok=True)
+    def delete(self, cid: str) -> Path:
+        """Move the conversation's file and snapshots into the trash; returns the trash entry
+        that `undelete` takes."""
+        return self.trash.put(cid, [self.path(cid), *self.snapshot_files(cid)])
 
-    def export_markdown(self, conv: Conversation, dest: Path) -> None:
-        write_atomic(dest, conv.to_markdown().encode("utf-8"))
+    def undelete(self, entry: Path) -> Conversation:
+        """Put a deleted conversation and its snapshots back; FormatError when it cannot be (the
+        entry stays in the trash then)."""
+        cid = conversation_id(entry)
+        if cid is not None and self.exists(cid):
+            raise FormatError(f"A conversation with the id {cid} exists again; the deleted one stays in {entry}")
+        try:
+            cid = self.trash.take(entry, self.root, self.snapshot_dir)
+        except OSError as e:
+            raise FormatError(f"The conversation could not be restored ({e})") from e
+        return self.load(cid)
 
     def recover(self, min_age_s: float = 2.0) -> list[str]:
         """Settle the temp files that killed writes left (see app.atomic). One that reads as a
@@ -128,7 +148,7 @@ class ConversationStore:
             conv = Conversation.from_dict(jsonfile.read(path, MAX_DEPTH, MAX_FILE_BYTES))
         except (OSError, ValueError) as e:
             moved = self._set_aside(path)
-            raise FormatError(f"Conversation file {path.name} could not be read ({_reason(e)}); "
+            raise FormatError(f"Conversation file {path.name} could not be read ({reason(e)}); "
                               f"it was moved to {moved}") from e
         conv.id = path.stem  # the file name is the id that tabs and the session refer to
         return conv
@@ -156,7 +176,8 @@ def extends(new: list[Message], old: list[Message]) -> bool:
     return (now == was and len(new) > len(old)) or grew
 
 
-def _reason(e: Exception) -> str:
+def reason(e: Exception) -> str:
+    """Why a file could not be read, in a few words."""
     if isinstance(e, json.JSONDecodeError):
         return f"not valid JSON at line {e.lineno}"
     if isinstance(e, UnicodeDecodeError):

@@ -12,6 +12,7 @@ from PySide6.QtCore import QSizeF, Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QFont, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextOption
 from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QWidget
 
+from . import theme
 from .markdown import render
 from .wrap_guard import WrapGuard
 
@@ -31,8 +32,9 @@ class TextView(QTextBrowser):
         else:
             self.setLineWrapMode(QTextBrowser.LineWrapMode.NoWrap)
             self.setWordWrapMode(QTextOption.WrapMode.NoWrap)
-        if font is not None:
-            self.document().setDefaultFont(font)
+        # Message text a step up the type scale; code in the font it is given.
+        self.setFont(font if font is not None else theme.scaled(self.font(), theme.PROSE))
+        self.document().setDefaultFont(self.font())
         self.viewport().setAutoFillBackground(False)  # the message's own background shows through
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         # Mouse selection and a click to focus, but no Tab stop per paragraph: the buttons are.

@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import re
 from pathlib import Path
 from typing import Callable
 
-import platformdirs
 from PySide6.QtCore import QByteArray, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence
-from PySide6.QtWidgets import (
-    QFileDialog,
-    QMainWindow,
-    QMenu,
-    QMessageBox,
-    QProgressDialog,
-    QSplitter,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtGui import QCloseEvent, QGuiApplication, QIcon
+from PySide6.QtWidgets import QMainWindow, QProgressDialog, QSplitter, QVBoxLayout, QWidget
 
 from engine import EngineSettings, LanechatError
 
@@ -35,10 +24,11 @@ from .engines_dialog import EnginesDialog
 from .history import HistoryPanel
 from .idle_unload import IdleUnloader
 from .local_server import LocalServer
+from .menus import Menus
 from .model_download import DownloadButton
-from .model_menu import RecentModelsMenu, dropped_model
+from .model_menu import dropped_model
 from .models_page import ModelsPage
-from .notice_bar import NoticeBar
+from .notice_bar import Notice, NoticeBar
 from .remote_engine import RemoteEngine
 from .saver import Saver
 from .settings_dialog import SettingsDialog
@@ -46,21 +36,11 @@ from .status_bar import StatusBar
 from .store import ConversationStore
 from .tabs import ConversationTabs
 from .throughput import Throughput
+from .transfer_actions import Transfers
 
 _LOAD_FAILED = "The model could not be loaded"
 _NO_MODEL = "Lanechat needs a model to chat with"
 _SAVE_FAILED = "Could not save"
-_UNSAFE_IN_NAMES = re.compile(r'[\x00-\x1f<>:"/\\|?*]+')
-
-
-def export_path(conv: Conversation, folder: Path | None = None) -> Path:
-    """Where an export goes unless the user picks another place: the documents folder, named
-    after the conversation's title as written (without what file names cannot hold)."""
-    if folder is None:
-        documents = Path(platformdirs.user_documents_dir())
-        folder = documents if documents.is_dir() else Path.home()
-    name = " ".join(_UNSAFE_IN_NAMES.sub(" ", conv.title).split())[:80].strip(" .") or "Conversation"
-    return folder / f"{name}.md"
 
 
 class MainWindow(QMainWindow):
@@ -82,10 +62,13 @@ class MainWindow(QMainWindow):
         self.history = HistoryPanel()
         self.history.open_requested.connect(self.open_conversation)
         self.history.delete_requested.connect(self.delete_conversation)
-        self.history.export_requested.connect(self.export_conversation)
+        self.transfers = Transfers(self)
+        self.history.export_requested.connect(self.transfers.export_one)
+        self.history.export_all_requested.connect(self.transfers.export_all)
+        self.history.import_requested.connect(self.transfers.import_files)
         self.history.new_requested.connect(self.new_tab)
         self.history.pin_requested.connect(self.pin_conversation)
-        self.history.search_opened.connect(lambda _cid, query: self._on_tab(lambda tab: tab.find(query)))
+        self.history.search_opened.connect(lambda _cid, query: self.on_tab(lambda tab: tab.find(query)))
         self.notices = NoticeBar()
         right = QWidget()
         rl = QVBoxLayout(right)
@@ -115,59 +98,12 @@ class MainWindow(QMainWindow):
             f"The model was unloaded after {minutes} minutes idle; the next message loads it again.", 10000))
         self.models_page: ModelsPage | None = None
         self.setAcceptDrops(True)  # a .gguf file or a model folder dropped here is opened
-        self._build_menus()
+        self.menus = Menus(self)
+        self.sidebar_action = self.menus.sidebar
         self._quitting = False
         self._restoring = False
         self._save_errors = QTimer(self, interval=1000, timeout=self._show_save_errors)
         self._save_errors.start()
-
-    # --- menus ------------------------------------------------------------------------------
-
-    def _action(self, menu: QMenu, text: str, slot: Callable[[], object],
-                *shortcuts: QKeySequence.StandardKey | str) -> QAction:
-        action = menu.addAction(text)
-        action.triggered.connect(lambda _checked=False: slot())
-        keys: list[QKeySequence] = []
-        for key in shortcuts:
-            # A standard key has several bindings (Close: Ctrl+W and Ctrl+F4); keep them all.
-            keys += QKeySequence.keyBindings(key) if isinstance(key, QKeySequence.StandardKey) else [QKeySequence(key)]
-        action.setShortcuts(keys)
-        return action
-
-    def _build_menus(self) -> None:
-        bar = self.menuBar()
-        m = bar.addMenu("&File")
-        self._action(m, "&New tab", self.new_tab, QKeySequence.StandardKey.AddTab)
-        self._action(m, "&Close tab", lambda: self.close_tab(self.current_tab()), QKeySequence.StandardKey.Close)
-        m.addSeparator()
-        self._action(m, "&Export conversation to Markdown…",
-                     lambda: self._on_tab(lambda tab: self.export_conversation(tab.conversation.id)), "Ctrl+Shift+E")
-        m.addSeparator()
-        self._action(m, "&Settings…", self.open_settings, "Ctrl+,")
-        self._action(m, "&Models…", self.open_models, "Ctrl+Shift+M")
-        m.addMenu(RecentModelsMenu(self.open_model, self))
-        self._action(m, "E&ngines and server…", self.open_engines, "Ctrl+Shift+,")
-        m.addSeparator()
-        self._action(m, "&Quit", self.close, "Ctrl+Q")
-
-        m = bar.addMenu("&Conversation")
-        self._action(m, "&Stop reply or cancel edit", lambda: self._on_tab(ChatTab.escape), "Esc")
-        self._action(m, "&Regenerate last reply", lambda: self._on_tab(ChatTab.regenerate), "Ctrl+R")
-        self._action(m, "&Edit last message", lambda: self._on_tab(ChatTab.edit_last), "Ctrl+E")
-        self._action(m, "Copy last &reply", self._copy_last_reply, "Ctrl+Shift+C")
-        m.addSeparator()
-        self._action(m, "System &prompt", lambda: self._on_tab(lambda tab: tab.system_toggle.toggle()), "Ctrl+Shift+P")
-        self._action(m, "Re&name tab", lambda: self.tabs.start_rename(self.tabs.currentIndex()), "F2")
-        self._action(m, "&Focus message box", lambda: self._on_tab(lambda tab: tab.composer.edit.setFocus()), "Ctrl+L")
-
-        m = bar.addMenu("&View")
-        self.sidebar_action = self._action(m, "&Conversation list", self._toggle_sidebar, "Ctrl+B")
-        self.sidebar_action.setCheckable(True)
-        self.sidebar_action.setChecked(True)
-        self._action(m, "&Search conversations", self._search, "Ctrl+K", "Ctrl+F")
-        self._action(m, "&Next tab", lambda: self._cycle(1), "Ctrl+Tab", "Ctrl+PgDown")
-        # Qt matches Ctrl+Shift+Tab presses (which arrive as Backtab) to this, and shows it readably.
-        self._action(m, "&Previous tab", lambda: self._cycle(-1), "Ctrl+Shift+Tab", "Ctrl+PgUp")
 
     # --- tabs -------------------------------------------------------------------------------
 
@@ -231,23 +167,42 @@ class MainWindow(QMainWindow):
     # --- history actions ----------------------------------------------------------------------
 
     def delete_conversation(self, cid: str) -> None:
-        title = next((t.title for t in self.tabs.tabs() if t.conversation.id == cid), None)
-        if title is None:
-            try:
-                title = self.store.load(cid).title or "this conversation"
-            except FormatError:
-                title = "this conversation"
-        if not self.confirm("Delete conversation", f"Delete “{title}”? This cannot be undone."):
+        """Delete at once: the file and its snapshots go to the trash, its tab closes, and the
+        notice's Undo brings both back (and the tab)."""
+        conv = self.conversation(cid)
+        title = (conv.title if conv is not None else "") or "this conversation"
+        tabs = [t for t in self.tabs.tabs() if t.conversation.id == cid]
+        for tab in tabs:
+            tab.detach()  # its reply stops and the file gets what the tab shows, for Undo to bring back
+        entry: list[Path] = []
+        try:  # through the saver: a write of this conversation still queued never lands after it
+            self.saver.now(cid, lambda: entry.append(self.store.delete(cid)))
+        except OSError as e:
+            self.notices.add(f"“{title}” could not be deleted: {e.strerror or e}", error=True)
             return
-        for tab in self.tabs.tabs():
-            if tab.conversation.id == cid:
-                if tab.reply is not None and tab.reply.ticket is not None:
-                    tab.bridge.abandon(tab.reply.ticket)
-                self._drop_tab(tab)
-        self.store.delete(cid)
+        for tab in tabs:
+            self._drop_tab(tab)
         self.history.remove(cid)
         if self.tabs.count() == 0:
             self.new_tab()
+        notice = self.notices.add(f"Deleted “{title}”.",
+                                  action=("Undo", lambda: self.undo_delete(entry[0], bool(tabs), notice)))
+
+    def undo_delete(self, entry: Path, reopen: bool, notice: Notice | None = None) -> Conversation | None:
+        """Bring a deleted conversation back from the trash with its snapshots (and its tab)."""
+        try:
+            conv = self.store.undelete(entry)
+        except FormatError as e:
+            self.notices.add(str(e), error=True)
+            return None
+        if notice is not None:
+            notice.dismiss()
+        self.history.upsert(conv, False, on_top=False)
+        if reopen:
+            self.open_conversation(conv.id)
+        else:
+            self.on_tab(lambda tab: tab.setFocus())  # not whatever followed the notice's button
+        return conv
 
     def pin_conversation(self, cid: str, pinned: bool) -> None:
         tab = next((t for t in self.tabs.tabs() if t.conversation.id == cid), None)
@@ -264,24 +219,14 @@ class MainWindow(QMainWindow):
         self.saver.now(cid, lambda: self.store.save(conv))
         self.history.upsert(conv, False)
 
-    def export_conversation(self, cid: str) -> None:
+    def conversation(self, cid: str) -> Conversation | None:
+        """The conversation as the window has it: an open tab's own, else the listed one."""
         tab = next((t for t in self.tabs.tabs() if t.conversation.id == cid), None)
-        try:
-            conv = tab.conversation if tab is not None else self.store.load(cid)
-        except FormatError as e:
-            self.notices.add(str(e), error=True)
-            return
-        path, _ = QFileDialog.getSaveFileName(self, "Export to Markdown", str(export_path(conv)),
-                                              "Markdown (*.md)")
-        if path:
-            self.store.export_markdown(conv, Path(path))
-            self.statusBar().showMessage(f"Exported to {path}", 5000)
+        return tab.conversation if tab is not None else self.history.conversation(cid)
 
-    def confirm(self, title: str, text: str) -> bool:
-        buttons = QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel
-        answer = QMessageBox.question(self, title, text, buttons,
-                                      QMessageBox.StandardButton.Cancel)
-        return answer == QMessageBox.StandardButton.Yes
+    def conversations(self) -> list[Conversation]:
+        """Every saved conversation, in the list's order (an open tab's as it is now)."""
+        return [c for c in (self.conversation(cid) for cid in self.history.ids()) if c is not None]
 
     # --- session --------------------------------------------------------------------------------
 
@@ -461,7 +406,7 @@ class MainWindow(QMainWindow):
                                  action=("Open Settings…", self.open_settings))
         elif self.bridge.state in ("starting", "ready"):
             if self.notices.dismiss(_LOAD_FAILED) + self.notices.dismiss(_NO_MODEL):
-                self._on_tab(lambda tab: tab.setFocus())  # not whatever follows the notice's buttons
+                self.on_tab(lambda tab: tab.setFocus())  # not whatever follows the notice's buttons
 
     def _default_downloaded(self) -> None:
         if self.settings.model is None and self.bridge.state != "starting":
@@ -473,23 +418,23 @@ class MainWindow(QMainWindow):
 
     # --- small actions ----------------------------------------------------------------------------
 
-    def _on_tab(self, method: Callable[[ChatTab], object]) -> None:
+    def on_tab(self, method: Callable[[ChatTab], object]) -> None:
         tab = self.current_tab()
         if tab is not None:
             method(tab)
 
-    def _copy_last_reply(self) -> None:
+    def copy_last_reply(self) -> None:
         tab = self.current_tab()
         replies = [m for m in tab.conversation.messages if m.role == "assistant"] if tab else []
         if replies:
             QGuiApplication.clipboard().setText(replies[-1].text)
             self.statusBar().showMessage("Reply copied", 2000)
 
-    def _toggle_sidebar(self) -> None:
+    def toggle_sidebar(self) -> None:
         self._set_sidebar(self.sidebar_action.isChecked())
         self.session_changed()
 
-    def _search(self) -> None:
+    def search(self) -> None:
         self._set_sidebar(True)
         self.history.start_search()
 
@@ -497,7 +442,7 @@ class MainWindow(QMainWindow):
         self.history.setVisible(visible)
         self.sidebar_action.setChecked(visible)
 
-    def _cycle(self, step: int) -> None:
+    def cycle(self, step: int) -> None:
         if self.tabs.count():
             self.tabs.setCurrentIndex((self.tabs.currentIndex() + step) % self.tabs.count())
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from app.engine_bridge import EngineBridge
-from engine import Finished, ModelError, Queued, RequestError, StartCancelledError, Started, Token, Usage
+from engine import EngineInfo, Finished, ModelError, Queued, RequestError, StartCancelledError, Started, Token, Usage
 
 
 class Sink:
@@ -172,3 +172,19 @@ def bridge_with(**kw):
         _LIVE.append(engines[-1])
         return engines[-1]
     return EngineBridge(factory), engines
+
+
+FAKE_INFO = EngineInfo("fake-model", "numpy", "CPU", "plan: one window", 10, 512, 1)
+
+
+def fake_window(qtbot, **kw):
+    """The window of the saved session (LANECHAT_HOME: use app_home) over a fake engine, shown and
+    not started; `kw` goes to the FakeEngine."""
+    from app.main import create_window
+
+    bridge, _ = bridge_with(info=kw.pop("info", FAKE_INFO), **kw)
+    window = create_window(bridge)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    return window

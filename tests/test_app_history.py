@@ -67,3 +67,16 @@ def test_the_active_conversation_stays_highlighted_while_others_move(qtbot):
     panel.set_conversations([a, b], open_ids=set())
     panel.set_active(b.id)
     assert panel.highlighted() == b.id
+
+
+def test_a_conversation_back_from_the_trash_goes_to_its_place_by_date(qtbot):
+    panel = HistoryPanel()
+    qtbot.addWidget(panel)
+    pin = Conversation(title="pinned", pinned=True, updated="2025-01-01T00:00:00+00:00")
+    new, old = (Conversation(title=t, updated=f"2025-0{m}-01T00:00:00+00:00") for t, m in (("new", 5), ("old", 1)))
+    panel.set_conversations([pin, new, old], set())
+    middle = Conversation(title="middle", updated="2025-03-01T00:00:00+00:00")
+    panel.upsert(middle, False, on_top=False)
+    assert panel.ids() == [pin.id, new.id, middle.id, old.id]
+    panel.upsert(middle, False)  # used just now: on top of the unpinned
+    assert panel.ids() == [pin.id, middle.id, new.id, old.id]

@@ -3,6 +3,8 @@
 The test starts Xvfb and a window manager, then runs this file as a script on that display: it
 opens a restored conversation with Markdown and code, three tabs streaming at once, the history,
 the settings dialog, and a model that failed to load, saving a PNG of each in the test's tmp dir.
+The conversation and the settings are taken again in the dark theme (View → Theme → Dark), and
+the test compares each pair: the same layout, one light and one dark, both with readable text.
 """
 import asyncio
 import contextlib
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 SHOTS = ["01-three-tabs-streaming", "02-finished-reply", "03-markdown-and-code", "04-settings", "05-load-failed"]
+DARK = {"03-markdown-and-code": "07-markdown-and-code-dark", "04-settings": "08-settings-dark"}
 DESKTOP = "06-desktop"  # the whole screen, window frame included (ImageMagick's import, if present)
 
 RICH_REPLY = """Here is a small function that reverses the words of a sentence:
@@ -62,6 +65,7 @@ def _seed_home(home: Path) -> None:
 async def _scenario(out: Path, model: str) -> None:
     from PySide6.QtWidgets import QApplication
 
+    from app import theme
     from app.app_settings import save_settings
     from app.main import create_window
     from app.settings_dialog import SettingsDialog
@@ -105,11 +109,19 @@ async def _scenario(out: Path, model: str) -> None:
     await settle()
     shot(window, SHOTS[2])
 
-    dialog = SettingsDialog(window.settings, busy=0, parent=window)
-    dialog.show()
-    await settle(0.5)
-    shot(dialog, SHOTS[3])
-    dialog.close()
+    async def settings_shot(name: str) -> None:
+        dialog = SettingsDialog(window.settings, busy=0, parent=window)
+        dialog.show()
+        await settle(0.5)
+        shot(dialog, name)
+        dialog.close()
+
+    await settings_shot(SHOTS[3])
+    window.menus.themes[theme.DARK].trigger()
+    await settle()
+    shot(window, DARK[SHOTS[2]])
+    await settings_shot(DARK[SHOTS[3]])
+    window.menus.themes[theme.SYSTEM].trigger()
 
     await window.apply_settings(EngineSettings(model=str(out / "missing-model.gguf"), backend="numpy"))
     window.current_tab().composer.set_text("Is anyone there?")
@@ -196,11 +208,31 @@ def test_screenshots(tmp_path, app_model):
         run = subprocess.run([sys.executable, __file__, str(tmp_path), model], env=env, cwd=repo,
                              capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:] + (tmp_path / "xvfb.log").read_text()[-2000:]
-    for name in SHOTS:
+    for name in SHOTS + list(DARK.values()):
         image = QImage(str(tmp_path / f"{name}.png"))
         assert image.width() > 300 and image.height() > 200, name
         assert len({image.pixel(x, y) for x in range(0, image.width(), 37) for y in range(0, image.height(), 37)}) > 3
+    for light_name, dark_name in DARK.items():
+        light, dark = QImage(str(tmp_path / f"{light_name}.png")), QImage(str(tmp_path / f"{dark_name}.png"))
+        assert light.size() == dark.size(), dark_name  # a theme changes colours, not the layout
+        light_tones, dark_tones = _lightness(light), _lightness(dark)
+        assert _median(light_tones) > 0.8 and _median(dark_tones) < 0.25, (dark_name, _median(dark_tones))
+        # Text on either: one sample in a hundred or more far from the background's tone.
+        for tones in (light_tones, dark_tones):
+            background = _median(tones)
+            assert sum(abs(t - background) > 0.4 for t in tones) > 0.01 * len(tones), dark_name
     print("screenshots in", tmp_path)
+
+
+def _lightness(image) -> list[float]:
+    """Lightness (0..1) of a grid of pixels, every 3rd in each direction."""
+    from PySide6.QtGui import QColor
+    return [QColor(image.pixel(x, y)).lightnessF() for x in range(0, image.width(), 3)
+            for y in range(0, image.height(), 3)]
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 if __name__ == "__main__":

@@ -82,29 +82,40 @@ def test_ids_cannot_escape_the_folder(store):
             store.path(bad)
 
 
-def test_delete_removes_the_conversations_snapshots(store):
+def test_delete_moves_the_conversation_and_its_snapshots_to_the_trash_and_undelete_returns_them(store):
     c, other = _conv("x", "2025-01-01T00:00:00+00:00"), _conv("y", "2025-01-01T00:00:00+00:00")
     store.save(c)
     store.snapshot_dir.mkdir(parents=True)
     for name in (f"{c.id}.aaaa.kv", f"{c.id}.bbbb.kv", f"{other.id}.aaaa.kv"):
-        (store.snapshot_dir / name).write_bytes(b"kv")
+        (store.snapshot_dir / name).write_bytes(name.encode())
     assert [p.name for p in store.snapshot_files(c.id)] == [f"{c.id}.aaaa.kv", f"{c.id}.bbbb.kv"]
-    store.delete(c.id)
-    assert list(store.root.iterdir()) == []
+    entry = store.delete(c.id)
+    assert list(store.root.iterdir()) == [] and not store.exists(c.id) and store.taken(c.id)
     assert [p.name for p in store.snapshot_dir.iterdir()] == [f"{other.id}.aaaa.kv"]
-    assert store.clear_snapshots() == 1 and not list(store.snapshot_dir.iterdir())
+    assert sorted(p.name for p in entry.iterdir()) == [f"{c.id}.aaaa.kv", f"{c.id}.bbbb.kv", f"{c.id}.json"]
+    assert store.undelete(entry) == c and not entry.exists() and not store.taken(other.id)
+    assert (store.snapshot_dir / f"{c.id}.bbbb.kv").read_bytes() == f"{c.id}.bbbb.kv".encode()
+    assert store.clear_snapshots() == 3 and not list(store.snapshot_dir.iterdir())
+
+
+def test_undelete_never_overwrites_and_keeps_the_entry(store):
+    c = _conv("x", "2025-01-01T00:00:00+00:00")
+    store.save(c)
+    entry = store.delete(c.id)
+    store.save(Conversation(id=c.id, title="new"))  # an import took the id meanwhile
+    with pytest.raises(FormatError, match="exists again"):
+        store.undelete(entry)
+    assert store.load(c.id).title == "new" and (entry / f"{c.id}.json").is_file()
+    store.path(c.id).unlink()
+    store.trash.empty(keep_days=-1)  # emptied by another start meanwhile
+    with pytest.raises(FormatError, match="could not be restored"):
+        store.undelete(entry)
 
 
 def test_missing_conversation_is_reported_not_set_aside(store):
     with pytest.raises(FormatError, match="no longer exists"):
         store.load("gone")
     assert not store.aside.exists()
-
-
-def test_export_markdown(store, tmp_path):
-    c = _conv("Hello", "2025-01-01T00:00:00+00:00")
-    store.export_markdown(c, tmp_path / "out.md")
-    assert (tmp_path / "out.md").read_text().startswith("# Hello")
 
 
 # --- bad files, lone surrogates, leftovers of killed writes -------------------------------------

@@ -355,7 +355,7 @@ def test_shift_enter_is_a_new_line_and_empty_text_is_not_sent(qtbot, launch):
     assert not tab.conversation.messages
 
 
-def test_tabs_new_close_rename_and_history(qtbot, launch, app_home, monkeypatch):
+def test_tabs_new_close_rename_and_history(qtbot, launch, app_home):
     window = launch(max_tokens=4)
     qtbot.keyClick(window.current_tab().composer.edit, Qt.Key.Key_T, Qt.KeyboardModifier.ControlModifier)
     assert window.tabs.count() == 2
@@ -374,13 +374,10 @@ def test_tabs_new_close_rename_and_history(qtbot, launch, app_home, monkeypatch)
     assert window.tabs.count() == 1 and cid in window.history.ids()
     window.open_conversation(cid)  # from the history list
     assert window.current_tab().conversation.id == cid and window.current_tab().title == "Renamed"
-    monkeypatch.setattr(window, "confirm", lambda title, text: False)
-    window.delete_conversation(cid)
-    assert cid in window.history.ids()
-    monkeypatch.setattr(window, "confirm", lambda title, text: "Renamed" in text)
-    window.delete_conversation(cid)
+    window.delete_conversation(cid)  # at once: the notice's Undo is the way back (test_app_trash)
     assert cid not in window.history.ids() and window.tabs.count() >= 1
     assert not (app_home / "data" / "conversations" / f"{cid}.json").exists()
+    assert any(n.text == "Deleted “Renamed”." for n in window.notices.notices())
 
 
 def test_empty_tabs_leave_no_files(qtbot, launch, app_home):
@@ -570,7 +567,7 @@ def test_export_suggests_a_clean_name_in_the_documents_folder(qtbot, launch, tmp
     from modal import answer_file_dialog
 
     from app.conversation import Conversation
-    from app.window import export_path
+    from app.transfer import export_path
     named = export_path(Conversation(title="What is a paged KV cache?"), tmp_path)
     assert named == tmp_path / "What is a paged KV cache.md"
     assert export_path(Conversation(title="a/b: c*d"), tmp_path).name == "a b c d.md"
@@ -585,8 +582,8 @@ def test_export_suggests_a_clean_name_in_the_documents_folder(qtbot, launch, tmp
     qtbot.waitUntil(lambda: not tab.generating, timeout=30000)
     seen = []
     answer_file_dialog(str(tmp_path / "out.md"), seen)
-    window.export_conversation(tab.conversation.id)
-    assert seen and seen[0][1] == "Why is the sky blue.md"
+    window.transfers.export_one(tab.conversation.id)
+    assert seen and seen[0][1] == "Why is the sky blue"  # the format's ending follows the filter chosen
     assert (tmp_path / "out.md").read_text().startswith("# Why is the sky blue?")
 
 

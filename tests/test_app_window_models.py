@@ -10,8 +10,8 @@ from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QApplication, QProgressDialog, QPushButton
 from test_app_window import click, conv_file, launch, send, settings_for  # noqa: F401 - launch is a fixture
 
-from app.idle_unload import preferences_path
 from app.model_menu import RecentModelsMenu, dropped_model
+from app.preferences import preferences_path
 
 import ckpt
 
