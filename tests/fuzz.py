@@ -1,4 +1,5 @@
-"""`make fuzz`: mutated model files, conversation files, chat templates, requests and command lines,
+"""`make fuzz`: mutated model files, conversation files, chat templates, requests (the engine's and
+the OpenAI API's), command lines and app starts,
 each case run in a forked child under a memory limit and a timeout; prints the counts.
 
     .venv/bin/python tests/fuzz.py --seconds 1200 [--seed N] [--out build/fuzz] [--only gguf,cli]
@@ -38,8 +39,8 @@ import fuzz_app  # noqa: E402
 import fuzz_targets as ft  # noqa: E402
 
 TINY = str(Path(__file__).parent / "fixtures" / "tiny_llama")
-WEIGHTS = {"gguf": 18, "hf": 16, "mlx": 8, "template": 10, "request": 12, "cli": 12, "conversation": 14,
-           "app-start": 4, "kill-9": 6}
+WEIGHTS = {"gguf": 18, "hf": 16, "mlx": 8, "template": 10, "request": 10, "api": 6, "cli": 14, "conversation": 14,
+           "app-start": 5, "kill-9": 6}
 BAD = ("wrong", "traceback", "hang", "blowup")
 
 
@@ -174,6 +175,7 @@ def make(target: str, rng: random.Random, bases: dict, folder: Path, runner, set
     return {"gguf": lambda: ft.gguf_case(rng, bases, folder),
             "template": lambda: ft.template_case(rng, bases, folder),
             "request": lambda: ft.request_case(rng, runner, settings, folder),
+            "api": lambda: ft.api_case(rng, runner, settings, folder),
             "cli": lambda: ft.cli_case(rng, bases, folder, TINY),
             "conversation": lambda: fuzz_app.conversation_case(rng, folder),
             "app-start": lambda: fuzz_app.app_start_case(rng, folder),

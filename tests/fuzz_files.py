@@ -213,6 +213,20 @@ GGUF_FOCUS: dict[str, list[tuple[int, Any]]] = {
     "tokenizer.chat_template": [(I32, 5), (ARR, (STR, ["x"])), (STR, "{% for %}"), (STR, b"\xff\xfe")],
     "general.architecture": [(STR, "falcon"), (I32, 1), (STR, "")],
     "tokenizer.ggml.add_bos_token": [(STR, "yes"), (I32, 1)],
+    # qwen35 / qwen35moe: the Gated DeltaNet shapes, the layer pattern, the MTP head, experts
+    "ssm.time_step_rank": [(U32, 0), (U32, 3), (U32, 2**31), (F32, 4.0)],
+    "ssm.inner_size": [(U32, 0), (U32, 7), (U32, 2**30), (I32, -64)],
+    "ssm.group_count": [(U32, 0), (U32, 3), (U32, 1000)],
+    "ssm.state_size": [(U32, 0), (U32, 5000), (STR, "16")],
+    "ssm.conv_kernel": [(U32, 0), (U32, 1), (U32, 65), (U32, 2**32 - 1)],
+    "full_attention_interval": [(U32, 0), (U32, 1), (U32, 100), (I32, -1), (ARR, (U32, [4]))],
+    "nextn_predict_layers": [(U32, 0), (U32, 1), (U32, 2), (U32, 100), (I32, -1)],
+    "expert_count": [(U32, 0), (U32, 1), (U32, 2**20)],
+    "expert_used_count": [(U32, 0), (U32, 100)],
+    "expert_feed_forward_length": [(U32, 0), (U32, 2**30)],
+    "rope.dimension_sections": [(ARR, (I32, [-1, 0, 0, 0])), (ARR, (I32, [100, 0, 0, 0])), (ARR, (STR, ["x"])),
+                                (ARR, (I32, [1] * 10)), (U32, 4)],
+    "attention.value_length": [(U32, 0), (U32, 15), (U32, 10_000)],
 }
 
 
