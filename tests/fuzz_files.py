@@ -307,6 +307,20 @@ def _mutate_tensors(rng: random.Random, tensors: list[GTensor]) -> str:
     return f"tensor renamed {_short(t.name)}"
 
 
+def mutate_raw_bytes(rng: random.Random, path: Path) -> str:
+    """A file truncated, or bytes flipped anywhere in it."""
+    data = bytearray(path.read_bytes())
+    if rng.random() < 0.4:
+        cut = rng.randrange(len(data))
+        path.write_bytes(bytes(data[:cut]))
+        return f"truncated at byte {cut} of {len(data)}"
+    n = rng.randint(1, 16)
+    for _ in range(n):
+        data[rng.randrange(len(data))] = rng.randrange(256)
+    path.write_bytes(bytes(data))
+    return f"{n} bytes flipped"
+
+
 def _mutate_bytes(rng: random.Random, path: Path) -> str:
     data = bytearray(path.read_bytes())
     r = rng.random()
@@ -325,6 +339,25 @@ def _mutate_bytes(rng: random.Random, path: Path) -> str:
         data[rng.randrange(header)] = rng.randrange(256)
     path.write_bytes(bytes(data))
     return f"{n} header bytes flipped"
+
+
+# --- KV snapshot files -------------------------------------------------------------------------
+
+def rewrite_snapshot(path: Path, change) -> None:
+    """`change(meta, tensors)` applied to a snapshot file, whose token hash and checksum are then
+    made to fit: the file's integrity holds and only its contents lie."""
+    import numpy as np
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    from engine.kv import snapshots
+    with safe_open(str(path), "numpy") as f:
+        meta, tensors = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
+    change(meta, tensors)
+    if "tokens" in tensors:
+        meta["tokens_hash"] = snapshots.token_hash(tensors["tokens"].astype(np.int64).tolist())
+    meta["checksum"] = snapshots._checksum(tensors)
+    save_file(tensors, str(path), metadata=meta)
 
 
 # --- safetensors headers -----------------------------------------------------------------------
