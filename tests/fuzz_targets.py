@@ -240,7 +240,7 @@ MESSAGES = [
 ]
 PROMPT_IDS = [[-1], [10**9], [1.5], ["1"], [], [True], None, [1, 2, 3], list(range(300)), [2**63]]
 THINKING = [None, None, True, False, "yes", 1, 0.0]
-REASONING = [None, "thought", 5, ["x"], "\ud800", "x" * 300]
+REASONING = [None, "thought", 5, ["x"], "\ud800", ""]
 
 
 def request_case(rng: random.Random, runner, settings, folder: Path) -> Case:
@@ -257,13 +257,14 @@ def request_case(rng: random.Random, runner, settings, folder: Path) -> Case:
         ids, messages = rng.choice(PROMPT_IDS), None
     thinking = rng.choice(THINKING)
     reasoning = rng.choice(REASONING) if isinstance(messages, list) and rng.random() < 0.3 else None
-    if reasoning is not None:  # an earlier reply's thinking, sent back for the template
-        messages = [{"role": "assistant", "content": "earlier", "reasoning_content": reasoning}] + messages
     bad_input = (ids is not None and not _fine_ids(ids)) or (ids is None and not _fine_messages(messages)) \
         or not isinstance(thinking, (bool, type(None))) or not isinstance(reasoning, (str, type(None)))
     what = f"sampling {', '.join(f'{k}={ff._short(kw[k])}' for k in changed) or 'plain'}; " + (
         f"prompt_ids {ff._short(ids)}" if ids is not None else f"messages {ff._short(messages)}") + (
-        f"; thinking {thinking!r}" if thinking is not None else "")
+        f"; thinking {thinking!r}" if thinking is not None else "") + (
+        f"; after a reply with reasoning_content {ff._short(reasoning)}" if reasoning is not None else "")
+    if reasoning is not None:  # an earlier reply's thinking, sent back for the template to keep or drop
+        messages = [{"role": "assistant", "content": "", "reasoning_content": reasoning}] + messages
 
     def run() -> str:
         from engine.engine import run_to_end
@@ -296,7 +297,82 @@ def _fine_ids(ids) -> bool:
 def _fine_messages(messages) -> bool:
     return isinstance(messages, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str)
                                               and isinstance(m.get("content"), str) for m in messages) \
-        and sum(len(m["content"]) + len(m.get("reasoning_content") or "") for m in messages) < 20
+        and sum(len(m["content"]) for m in messages) < 20
+
+
+# --- KV snapshot files ---------------------------------------------------------------------------
+
+def write_snapshot(root: Path, runner, settings) -> Path:
+    """A snapshot of one finished turn of the shared runner, as the app writes one."""
+    from engine import SamplingParams
+    from engine.engine import run_to_end
+    from engine.kv import snapshots
+    sched = runner.scheduler(settings)
+    seq = runner.sequence(1, settings, None, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
+                          lambda e: None, [1] + list(range(20, 50)), snapshot_at_end=True)
+    run_to_end(sched, [seq])
+    path = root / "c.kv"
+    snapshots.save(path, sched.snapshots.pop(1), runner.fingerprint, settings.page_tokens)
+    return path
+
+
+SNAPSHOT_META = {"n": ["0", "-1", "1", "9999", "x", ""], "prompt_len": ["-3", "0", "9999", "x"],
+                 "kv_layers": ["0", "1", "99", "-1"], "state_layers": ["1", "7"], "kv_dtype": ["fp8", "f32", ""],
+                 "page_tokens": ["0", "x"], "version": ["2"], "format": ["x"]}
+
+
+def snapshot_case(rng: random.Random, bases: dict, runner, settings, folder: Path) -> Case:
+    """A snapshot file damaged, or rewritten with a consistent checksum so that only its contents lie."""
+    import numpy as np
+
+    from engine.kv import snapshots
+    path = folder / "c.kv"
+    shutil.copy(bases["snapshot"], path)
+    r, what = rng.random(), ""
+    if r < 0.3:
+        what = "snapshot " + ff.mutate_raw_bytes(rng, path)
+
+    def change(meta: dict, tensors: dict) -> None:
+        nonlocal what
+        if r < 0.55:
+            key = rng.choice(sorted(SNAPSHOT_META))
+            meta[key] = rng.choice(SNAPSHOT_META[key])
+            what = f"header {key} = {meta[key]!r}"
+            return
+        name = rng.choice(sorted(tensors))
+        a = tensors[name]
+        kind = rng.choice(["rows", "width", "dtype", "drop", "extra", "ids"])
+        if kind == "rows":
+            fewer = a[: max(len(a) - rng.randint(1, 3), 0)]
+            tensors[name] = fewer if rng.random() < 0.5 else np.concatenate([a, a])
+        elif kind == "width" and a.ndim > 1:
+            tensors[name] = np.ascontiguousarray(a[..., :1] if rng.random() < 0.5 else np.concatenate([a, a], -1))
+        elif kind == "dtype":
+            tensors[name] = a.astype(rng.choice([np.float32, np.uint8, np.int64, np.float16]))
+        elif kind == "drop":
+            tensors.pop(name)
+        elif kind == "extra":
+            tensors[rng.choice(["kv.99.0", "state.5.0", "kv.0.9", "junk"])] = np.zeros(4, np.float32)
+        else:
+            tensors["tokens"] = np.asarray(rng.choice([[-1] * len(a), [10**9] * len(a), [1]]), np.int32)
+        what = f"tensor {name}: {kind}"
+    if r >= 0.3:
+        ff.rewrite_snapshot(path, change)
+    follow = rng.random() < 0.5
+
+    def run() -> str:
+        from engine import SamplingParams
+        from engine.engine import run_to_end
+        from engine.events import Failed
+        snap = snapshots.load(path, runner.fingerprint, settings.kv_dtype)
+        ids = snap.tokens + [5, 6] if follow else None
+        seq = runner.sequence(1, settings, None, SamplingParams(temperature=0, max_tokens=2), lambda e: None, ids,
+                              resume=snap)
+        end = run_to_end(runner.scheduler(settings), [seq])[1]  # the scheduler checks the snapshot fits
+        if isinstance(end, Failed):
+            raise (BugError if end.message.startswith("engine error") else LanechatError)(end.message)
+        return "valid"
+    return Case("snapshot", what + ("; a follow-up turn" if follow else "; resumed alone"), run, folder)
 
 
 # --- the OpenAI API's request bodies ------------------------------------------------------------
