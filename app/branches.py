@@ -31,11 +31,15 @@ def switch(conv: Conversation, index: int, target: Message) -> None:
     if target is conv.messages[index]:
         return
     set_aside(conv, index)
+    children: dict[int | None, list[Message]] = {}
+    for m in conv.branches:
+        children.setdefault(m.parent, []).append(m)
     node: Message | None = target
     while node is not None:
-        conv.branches.remove(node)
         conv.messages.append(node)
-        node = max((m for m in conv.branches if m.parent == node.id), key=lambda m: m.id, default=None)
+        node = max(children.get(node.id, ()), key=lambda m: m.id, default=None)
+    shown = {id(m) for m in conv.messages[index:]}
+    conv.branches = [m for m in conv.branches if id(m) not in shown]
 
 
 def fork(conv: Conversation, index: int) -> Conversation:

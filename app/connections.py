@@ -6,17 +6,17 @@ no server, with a notice, instead of stopping the app.
 """
 from __future__ import annotations
 
-import json
 import secrets
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from engine import paths
+from engine import jsonfile, paths
 
 from .atomic import write_json_atomic
 
 FORMAT_VERSION = 1
+MAX_BYTES, MAX_DEPTH = 1 << 20, 8
 
 
 def connections_path() -> Path:
@@ -82,6 +82,8 @@ def _build(cls: type, raw: Any) -> Any:
             value, want = raw[f.name], type(getattr(cls(), f.name))
             if type(value) is not want:
                 raise TypeError(f"{cls.__name__}.{f.name} is not a {want.__name__}")
+            if isinstance(value, str) and not value.isprintable():  # URLs, keys and names go into HTTP headers
+                raise TypeError(f"{cls.__name__}.{f.name} holds a control character or a lone surrogate")
             kw[f.name] = value
     return cls(**kw)
 
@@ -91,9 +93,14 @@ def load_connections() -> tuple[Connections, str | None]:
     if not path.exists():
         return Connections(), None
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = jsonfile.read(path, MAX_DEPTH, MAX_BYTES)
+        if not isinstance(raw, dict) or not isinstance(raw.get("remotes", []), list):
+            raise TypeError("not an object with a list of remotes")
         remotes = [_build(RemoteConfig, r) for r in raw.get("remotes", [])]
-        return Connections(remotes, _build(ServerConfig, raw.get("server", {}))), None
+        server = _build(ServerConfig, raw.get("server", {}))
+        if not 0 <= server.port <= 65535:
+            raise TypeError(f"server port {server.port} is not in 0..65535")
+        return Connections(remotes, server), None
     except (OSError, ValueError, TypeError, AttributeError) as e:
         return Connections(), f"Remote engines in {path} could not be read ({e}); none are set up."
 

@@ -221,18 +221,20 @@ def linked(path: list[Message], others: list[Message]) -> tuple[list[Message], l
         for i, m in enumerate(path):
             m.id, m.parent = i + 1, i or None
         return path, []
+    children: dict[int | None, list[Message]] = {}
+    for m in others:
+        if m.id > 0:
+            children.setdefault(m.parent, []).append(m)
     known = {m.id for m in path}
     kept: list[Message] = []
-    pending = [m for m in others if m.id > 0]
-    while pending:  # a parent may come after its child in the list
-        placed = [m for m in pending if (m.parent is None or m.parent in known) and m.id not in known]
-        if not placed:
-            break
-        for m in placed:
+    # walked down from the roots and the branch shown: a parent may come after its child in the list
+    parents: list[int | None] = [None, *known]
+    while parents:
+        for m in children.pop(parents.pop(), ()):
             if m.id not in known:
                 known.add(m.id)
                 kept.append(m)
-        pending = [m for m in pending if m.id not in known]
+                parents.append(m.id)
     kept.sort(key=lambda m: m.id)
     return path, kept
 

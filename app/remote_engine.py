@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from engine import Finished, LanechatError, SamplingParams
+from engine import Finished, LanechatError, SamplingParams, jsonfile
 
 from .connections import RemoteConfig, api_base
 from .engine_bridge import DRAIN_PERIOD_MS, Ticket, deliver
@@ -63,7 +62,7 @@ async def _error_message(resp: httpx.Response) -> str:
     """The server's own words: OpenAI's {"error": {"message"}}, else the start of the body."""
     raw = await resp.aread()
     try:
-        err = json.loads(raw).get("error")
+        err = jsonfile.loads(raw).get("error")
         message = err.get("message") if isinstance(err, dict) else err
         if isinstance(message, str) and message:
             return message
@@ -80,7 +79,7 @@ async def list_models(base_url: str, api_key: str = "") -> list[str]:
             resp = await client.get(url, headers=_headers(api_key))
             if resp.status_code != 200:
                 raise RemoteError(f"{_host(base_url)} answered {resp.status_code}: {await _error_message(resp)}")
-            data = resp.json().get("data")
+            data = jsonfile.loads(resp.content).get("data")
     except httpx.HTTPError as e:
         raise RemoteError(f"Could not reach {url}: {e or type(e).__name__}") from None
     except (ValueError, AttributeError):
@@ -88,6 +87,11 @@ async def list_models(base_url: str, api_key: str = "") -> list[str]:
     if not isinstance(data, list):
         raise RemoteError(f"{url} did not answer with an OpenAI model list")
     return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
+def _count(value: Any) -> int | None:
+    """A token count from the server, or None for anything that is not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 53 else None
 
 
 class _Reply:
@@ -268,7 +272,7 @@ class RemoteEngine:
                 done = True
                 continue
             try:
-                chunk = json.loads(data)
+                chunk = jsonfile.loads(data)
             except ValueError:
                 error = f"{host} sent a line that is not JSON: {data[:120]}"
                 continue
@@ -278,22 +282,26 @@ class RemoteEngine:
                 err = chunk["error"]
                 error = f"{host} stopped this reply: {err.get('message') if isinstance(err, dict) else err}"
                 continue
-            for choice in chunk.get("choices") or []:
-                delta = choice.get("delta") or {}
+            choices = chunk.get("choices")
+            for choice in choices if isinstance(choices, list) else []:
+                delta = choice.get("delta") if isinstance(choice, dict) else None
+                if not isinstance(delta, dict):
+                    continue
                 # vLLM and llama-server send a thinking model's block as reasoning_content (newer vLLM: reasoning)
                 thought = delta.get("reasoning_content") or delta.get("reasoning")
                 if isinstance(thought, str) and thought:
                     reply.add(thought, reasoning=True)
                 text = delta.get("content")
-                if text:
+                if isinstance(text, str) and text:
                     reply.add(text)
-                reply.reason = choice.get("finish_reason") or reply.reason
+                reason = choice.get("finish_reason")
+                reply.reason = reason if isinstance(reason, str) and reason else reply.reason
             usage = chunk.get("usage")
             if isinstance(usage, dict):
-                reply.tokens = usage.get("completion_tokens") or reply.tokens
-                reply.prompt_tokens = usage.get("prompt_tokens") or reply.prompt_tokens
+                reply.tokens = _count(usage.get("completion_tokens")) or reply.tokens
+                reply.prompt_tokens = _count(usage.get("prompt_tokens")) or reply.prompt_tokens
                 details = usage.get("completion_tokens_details")
-                if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
+                if isinstance(details, dict) and _count(details.get("reasoning_tokens")) is not None:
                     reply.reasoning_tokens = details["reasoning_tokens"]
         if error is not None:
             raise RemoteError(error)

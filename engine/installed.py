@@ -20,6 +20,7 @@ from .errors import LanechatError, ModelError
 
 USED_FILE = "models-used.json"
 MAX_USED = 512  # entries kept in the file (the most recent)
+MAX_TIME = 95_617_584_000  # 5000-01-01, in seconds since the epoch
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,9 @@ def _read_used() -> dict[str, float]:
         return {}
     if not isinstance(raw, dict):
         return {}
-    return {k: float(v) for k, v in raw.items() if isinstance(k, str) and isinstance(v, (int, float))
-            and not isinstance(v, bool)}
+    # a time any view can show (seconds since the epoch, before the year 5000) for a path that can exist
+    return {k: float(v) for k, v in raw.items() if k and "\0" not in k
+            and isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < MAX_TIME}
 
 
 def mark_used(path: str | Path, when: float | None = None) -> None:

@@ -3,12 +3,11 @@
 none). A value of the wrong type or out of range is left out, never guessed."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
-from . import fetch
+from . import fetch, jsonfile
 from .errors import ModelError
 
 # SmolLM2-135M-Instruct's model card: temperature 0.2, top-p 0.9.
@@ -50,10 +49,10 @@ def _is_embedded_default(path: Path) -> bool:
 def _generation_config(folder: Path) -> dict[str, Any]:
     path = folder / "generation_config.json"
     try:
-        if not path.is_file() or path.stat().st_size > _MAX_JSON_BYTES:
+        if not path.is_file():
             return {}
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        raw = jsonfile.read(path, max_bytes=_MAX_JSON_BYTES)
+    except (OSError, ValueError):
         return {}
     if not isinstance(raw, dict):
         return {}

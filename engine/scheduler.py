@@ -25,7 +25,7 @@ from . import drafters, pausing
 from .drafters.verify import DraftStats, Verifier
 from .errors import DeviceLostError
 from .events import Event, Failed, Finished, Queued, Started, Token
-from .kv import Lane, Lanes, Snapshot
+from .kv import Lane, Lanes, Snapshot, SnapshotError
 from .ops.base import Backend
 from .plan import Plan
 from .prompt_cache import PromptCache
@@ -103,6 +103,9 @@ class Scheduler:
 
     # --- requests ------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
+        """Queue a stream; SnapshotError when the snapshot it resumes from does not fit this cache."""
+        if seq.resume is not None and (why := self.cache.mismatch(seq.resume.cache)) is not None:
+            raise SnapshotError(f"the snapshot does not fit this engine: {why}")
         self._arrivals += 1
         seq.arrival = self._arrivals
         self.waiting.append(seq)

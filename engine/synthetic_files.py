@@ -73,9 +73,9 @@ def byte_tokenizer() -> tokenizers.Tokenizer:
 
 def write(folder: str | Path, name: str, seed: int = 0, bits: int = 4) -> Path:
     """`synthetic(name)` as an MLX folder in `folder` (created); returns the folder."""
+    cfg, group = config_for(name)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    cfg, group = config_for(name)
     model = synthetic(name, seed, bits)
     shards: list[dict[str, np.ndarray]] = [{}]
     size, overrides = 0, {}

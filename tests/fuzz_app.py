@@ -29,17 +29,58 @@ BASE = {
          "interrupted": True, "error": "engine error: boom"},
     ],
 }
-FOCUS = [("error",), ("tok_s",), ("created",), ("updated",), ("time",), ("title",), ("system_prompt",), ("draft",),
-         ("settings",), ("snapshot",), ("tokens",), ("interrupted",), ("format_version",), ("id",), ("messages",)]
+
+def _v2(m: dict, i: int, parent: int | None, **more) -> dict:
+    return {**m, "id": i, "parent": parent, "reasoning": "", "reasoning_tokens": None, "accepted": None,
+            "prompt_tokens": None, "ttft": None, "left_out": 0, **more}
+
+
+# Format 2: a tree (an earlier reply and an earlier edit in `branches`), thinking, pins, the limit's choice.
+M = BASE["messages"]
+BASE2 = {
+    **BASE, "format_version": 2, "engine": "", "thinking": True, "pinned": True, "at_limit": "drop",
+    "messages": [_v2(M[0], 1, None), _v2(M[1], 2, 1, reasoning="Greet back.", reasoning_tokens=3, accepted=2.5,
+                                                 prompt_tokens=12, ttft=0.2),
+                 _v2(M[2], 5, 2), _v2(M[3], 6, 5, left_out=2)],
+    "branches": [_v2({**M[2], "text": "Less"}, 3, 2), _v2({**M[1], "text": "Hello."}, 4, 3, tokens=2)],
+}
+TOP_FOCUS = ["created", "updated", "title", "system_prompt", "draft", "settings", "snapshot", "format_version", "id",
+             "messages", "branches", "thinking", "pinned", "at_limit", "engine"]
+MESSAGE_FOCUS = ["error", "tok_s", "time", "tokens", "interrupted", "reasoning", "reasoning_tokens", "id", "parent",
+                 "accepted", "ttft", "left_out", "prompt_tokens", "role", "text"]
 DATES = ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "0001-01-01", "2025-13-45T99:99:99",
          "now", "", "2025-03-01T10:00:00+99:00", "1970-01-01T00:00:00", "+10000-01-01"]
 
 
+def tree(rng: random.Random, conv: dict) -> str:
+    """A tree no Lanechat writes: long chains listed child first, repeated ids, cycles, strays."""
+    kind = rng.choice(["reversed chain", "repeated ids", "cycle", "self parent", "unchained path", "wide"])
+    n = rng.choice([10, 1000, 50_000])
+    top = conv["messages"][-1]["id"]
+    if kind == "reversed chain":  # each message's parent comes after it in the list
+        conv["branches"] = [_v2({"role": ("user", "assistant")[i % 2], "text": f"b{i}"}, top + n - i,
+                                top + n - i - 1 if i < n - 1 else 1) for i in range(n)]
+    elif kind == "repeated ids":
+        conv["branches"] = [_v2({"role": "assistant", "text": f"r{i}"}, 2 + i % 3, 1) for i in range(n)]
+    elif kind == "cycle":
+        conv["branches"] = [_v2({"role": "user", "text": "a"}, top + 1, top + 2),
+                            _v2({"role": "user", "text": "b"}, top + 2, top + 1)]
+    elif kind == "self parent":
+        conv["messages"][1]["parent"] = conv["messages"][1]["id"]
+    elif kind == "unchained path":
+        rng.shuffle(conv["messages"])
+    else:  # many alternatives of one reply
+        conv["branches"] = [_v2({"role": "assistant", "text": f"w{i}"}, top + 1 + i, 1) for i in range(n)]
+    return f"tree: {kind}" + (f" of {n}" if kind in ("reversed chain", "repeated ids", "wide") else "")
+
+
 def conversation(rng: random.Random) -> tuple[bytes, str]:
     """A conversation file's bytes after one mutation."""
-    conv = copy.deepcopy(BASE)
+    conv = copy.deepcopy(BASE2 if rng.random() < 0.6 else BASE)
     r = rng.random()
-    if r < 0.15:
+    if conv["format_version"] == 2 and r < 0.1:
+        what = tree(rng, conv)
+    elif r < 0.15:
         key = rng.choice(["created", "updated"]) if rng.random() < 0.5 else None
         target = conv if key else rng.choice(conv["messages"])
         key = key or "time"
@@ -53,8 +94,8 @@ def conversation(rng: random.Random) -> tuple[bytes, str]:
         conv["system_prompt"] = "a" * (256 << 10)
         what = "a 256 KB one-word system prompt"
     elif r < 0.75:
-        msg_focus = [("messages", i, k[0]) for i in range(4) for k in FOCUS[:6] + FOCUS[10:12]]
-        what = ff.mutate_json_value(rng, conv, [(k,) for (k,) in FOCUS] + msg_focus)
+        msg_focus = [(where, i, k) for where in ("messages", "branches") for i in range(4) for k in MESSAGE_FOCUS]
+        what = ff.mutate_json_value(rng, conv, [(k,) for k in TOP_FOCUS] + msg_focus)
     else:
         data, what = ff.mutate_json_text(rng, json.dumps(conv))
         return data, what
@@ -75,6 +116,7 @@ def conversation_case(rng: random.Random, folder: Path) -> Case:
     (root / "c1.json").write_bytes(data)
 
     def run() -> str:
+        from app import branches, search
         from app.chat_tab import ChatTab
         from app.engine_bridge import EngineBridge
         from app.history import HistoryPanel
@@ -96,8 +138,35 @@ def conversation_case(rng: random.Random, folder: Path) -> Case:
         again = store.load(conv.id)
         if _joined(again.to_dict()) != _joined(conv.to_dict()):
             raise BugError("saved and read back, the conversation changed")
+        # what the tab's other actions do with the tree: switch branches, fork, export, search, send
+        other = copy.deepcopy(conv)
+        for i in range(len(other.messages) - 1, -1, -1):
+            options = branches.siblings(other, i)
+            if len(options) > 1:
+                branches.switch(other, i, options[0])
+        for i in range(len(conv.messages)):
+            branches.fork(conv, i)
+        conv.to_markdown()
+        search.find(conv, "e")
+        conv.engine_messages(min(conv.messages[-1].left_out, len(conv.messages)) if conv.messages else 0)
         return "valid"
     return Case("conversation", what, run, folder)
+
+
+# The other files an app start reads, as Lanechat writes them.
+CONFIG_FILES = {
+    "settings.json": {"format_version": 1, "sampling_chosen": ["temperature"], "engine": {
+        "model": None, "backend": "numpy", "parallel": 2, "context": 512, "kv_dtype": "bf16", "paging": "pages",
+        "page_tokens": 256, "memory_gib": None, "prefill_chunk": 128, "drafter": "ngram", "draft_tokens": 4,
+        "prompt_cache_gib": 0.5, "snapshot_disk_gib": 4.0,
+        "sampling": {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "max_tokens": 1024, "seed": 0, "stop": [],
+                     "ignore_eos": False}}},
+    "connections.json": {"format_version": 1, "remotes": [
+        {"id": "ab12", "name": "vLLM", "base_url": "http://127.0.0.1:9/v1", "api_key": "", "model": "m"}],
+        "server": {"enabled": False, "port": 0, "lan": False, "api_key": ""}},
+    "preferences.json": {"idle_unload_minutes": 30},
+    "models-used.json": {"/nowhere/model.gguf": 1700000000.0, "/tmp": 1700000001.5},
+}
 
 
 def app_start_case(rng: random.Random, folder: Path) -> Case:
@@ -116,12 +185,15 @@ def app_start_case(rng: random.Random, folder: Path) -> Case:
                "splitter": "", "sidebar": rng.choice([True, "no"])}
     (home / "state").mkdir()
     (home / "state" / "session.json").write_text(json.dumps(session))
-    if rng.random() < 0.5:
-        settings = {"format_version": 1, "engine": {"model": None, "backend": "numpy", "parallel": 2, "context": 512,
-                                                   "memory_gib": None, "sampling": {"temperature": 0.7, "stop": []}}}
-        whats.append("settings.json " + ff.mutate_json_value(rng, settings))
-        (home / "config").mkdir()
-        (home / "config" / "settings.json").write_text(ff.dump(settings))
+    (home / "config").mkdir()
+    for name, base in CONFIG_FILES.items():
+        if rng.random() < 0.35:
+            raw = copy.deepcopy(base)
+            what = ff.mutate_json_value(rng, raw) if rng.random() < 0.8 else "nested 100000 deep"
+            text = ff.dump(raw) if not what.startswith("nested 1") else ff.deep_json(100_000)
+            where = home / ("state" if name == "models-used.json" else "config") / name
+            where.write_text(text, encoding="utf-8", errors="surrogatepass")
+            whats.append(f"{name} {what}")
 
     def run() -> str:
         os.environ["LANECHAT_HOME"] = str(home)
@@ -141,21 +213,27 @@ def leftovers_case(rng: random.Random, folder: Path) -> Case:
     from app.atomic import json_bytes
     root = folder / "conversations"
     root.mkdir()
-    saved = copy.deepcopy(BASE)
+    v2 = rng.random() < 0.5
+    template = {**BASE2, "branches": []} if v2 else BASE
+
+    def message(text: str, after: list[dict]) -> dict:  # as Conversation.add numbers a new one
+        m = {"role": "user", "text": text}
+        return _v2(m, max((x["id"] for x in after), default=0) + 1, after[-1]["id"] if after else None) if v2 else m
+    saved = copy.deepcopy(template)
     saved["messages"] = saved["messages"][: rng.randint(0, 4)]
     if rng.random() < 0.8:
         (root / "c1.json").write_bytes(json_bytes(saved))
     temps, candidates = [], []
     base = saved["messages"] if (root / "c1.json").exists() else []
     for i in range(rng.randint(1, 3)):
-        t = copy.deepcopy(BASE)
+        t = copy.deepcopy(template)
         kind = rng.choice(["longer", "shorter", "other", "garbage", "grown"])
         if kind == "longer":
-            t["messages"] = saved["messages"] + [{"role": "user", "text": f"newest {i}"}]
+            t["messages"] = saved["messages"] + [message(f"newest {i}", saved["messages"])]
         elif kind == "shorter":
             t["messages"] = saved["messages"][:-1]
         elif kind == "other":
-            t["messages"] = [{"role": "user", "text": "something else"}]
+            t["messages"] = [message("something else", [])]
         elif kind == "grown" and saved["messages"] and saved["messages"][-1]["role"] == "assistant":
             t["messages"] = copy.deepcopy(saved["messages"])
             t["messages"][-1]["text"] += " and more"
@@ -181,7 +259,8 @@ def leftovers_case(rng: random.Random, folder: Path) -> Case:
         if have != [m["text"] for m in expect]:
             raise BugError(f"after recovery the messages are {have}, expected {[m['text'] for m in expect]}")
         return "valid"
-    return Case("kill-9", f"saved {len(saved['messages'])} messages, temps {temps}", run, folder)
+    return Case("kill-9", f"format {template['format_version']}, saved {len(saved['messages'])} messages, "
+                          f"temps {temps}", run, folder)
 
 
 def _texts(messages: list[dict]) -> list[tuple]:

@@ -213,6 +213,20 @@ GGUF_FOCUS: dict[str, list[tuple[int, Any]]] = {
     "tokenizer.chat_template": [(I32, 5), (ARR, (STR, ["x"])), (STR, "{% for %}"), (STR, b"\xff\xfe")],
     "general.architecture": [(STR, "falcon"), (I32, 1), (STR, "")],
     "tokenizer.ggml.add_bos_token": [(STR, "yes"), (I32, 1)],
+    # qwen35 / qwen35moe: the Gated DeltaNet shapes, the layer pattern, the MTP head, experts
+    "ssm.time_step_rank": [(U32, 0), (U32, 3), (U32, 2**31), (F32, 4.0)],
+    "ssm.inner_size": [(U32, 0), (U32, 7), (U32, 2**30), (I32, -64)],
+    "ssm.group_count": [(U32, 0), (U32, 3), (U32, 1000)],
+    "ssm.state_size": [(U32, 0), (U32, 5000), (STR, "16")],
+    "ssm.conv_kernel": [(U32, 0), (U32, 1), (U32, 65), (U32, 2**32 - 1)],
+    "full_attention_interval": [(U32, 0), (U32, 1), (U32, 100), (I32, -1), (ARR, (U32, [4]))],
+    "nextn_predict_layers": [(U32, 0), (U32, 1), (U32, 2), (U32, 100), (I32, -1)],
+    "expert_count": [(U32, 0), (U32, 1), (U32, 2**20)],
+    "expert_used_count": [(U32, 0), (U32, 100)],
+    "expert_feed_forward_length": [(U32, 0), (U32, 2**30)],
+    "rope.dimension_sections": [(ARR, (I32, [-1, 0, 0, 0])), (ARR, (I32, [100, 0, 0, 0])), (ARR, (STR, ["x"])),
+                                (ARR, (I32, [1] * 10)), (U32, 4)],
+    "attention.value_length": [(U32, 0), (U32, 15), (U32, 10_000)],
 }
 
 
@@ -293,6 +307,20 @@ def _mutate_tensors(rng: random.Random, tensors: list[GTensor]) -> str:
     return f"tensor renamed {_short(t.name)}"
 
 
+def mutate_raw_bytes(rng: random.Random, path: Path) -> str:
+    """A file truncated, or bytes flipped anywhere in it."""
+    data = bytearray(path.read_bytes())
+    if rng.random() < 0.4:
+        cut = rng.randrange(len(data))
+        path.write_bytes(bytes(data[:cut]))
+        return f"truncated at byte {cut} of {len(data)}"
+    n = rng.randint(1, 16)
+    for _ in range(n):
+        data[rng.randrange(len(data))] = rng.randrange(256)
+    path.write_bytes(bytes(data))
+    return f"{n} bytes flipped"
+
+
 def _mutate_bytes(rng: random.Random, path: Path) -> str:
     data = bytearray(path.read_bytes())
     r = rng.random()
@@ -311,6 +339,25 @@ def _mutate_bytes(rng: random.Random, path: Path) -> str:
         data[rng.randrange(header)] = rng.randrange(256)
     path.write_bytes(bytes(data))
     return f"{n} header bytes flipped"
+
+
+# --- KV snapshot files -------------------------------------------------------------------------
+
+def rewrite_snapshot(path: Path, change) -> None:
+    """`change(meta, tensors)` applied to a snapshot file, whose token hash and checksum are then
+    made to fit: the file's integrity holds and only its contents lie."""
+    import numpy as np
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    from engine.kv import snapshots
+    with safe_open(str(path), "numpy") as f:
+        meta, tensors = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
+    change(meta, tensors)
+    if "tokens" in tensors:
+        meta["tokens_hash"] = snapshots.token_hash(tensors["tokens"].astype(np.int64).tolist())
+    meta["checksum"] = snapshots._checksum(tensors)
+    save_file(tensors, str(path), metadata=meta)
 
 
 # --- safetensors headers -----------------------------------------------------------------------

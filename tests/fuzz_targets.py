@@ -46,9 +46,9 @@ def write_bases(root: Path) -> dict[str, Path]:
                          ("llama-f16", ckpt.tiny_llama_config(), "F16")):
         bases["gguf/" + name] = root / f"{name}.gguf"
         ckpt_gguf.write_gguf(bases["gguf/" + name], cfg, qtype=q)
-    bases["gguf/qwen35-q4_k_m"] = root / "qwen35-q4_k_m.gguf"  # K-quants, DeltaNet, the MTP head
-    ckpt_gguf.write_gguf(bases["gguf/qwen35-q4_k_m"], ckpt.tiny_gguf_config("qwen3_5"), qtype="Q4_K",
-                         mix=ckpt_gguf.MIX_Q4_K_M)
+    for name, arch in (("qwen35-q4_k_m", "qwen3_5"), ("qwen35moe-q4_k_m", "qwen3_5_moe")):  # K-quants, DeltaNet,
+        bases["gguf/" + name] = root / f"{name}.gguf"  # the MTP head, experts
+        ckpt_gguf.write_gguf(bases["gguf/" + name], ckpt.tiny_gguf_config(arch), qtype="Q4_K", mix=ckpt_gguf.MIX_Q4_K_M)
     for name, cfg in (("llama", ckpt.tiny_llama_config()), ("qwen3", ckpt.tiny_qwen3_config()),
                       ("qwen3_5", ckpt.tiny_qwen3_5_config()), ("qwen3_5_moe", ckpt.tiny_qwen3_5_moe_config())):
         bases["hf/" + name] = root / f"hf-{name}"
@@ -64,11 +64,13 @@ def write_bases(root: Path) -> dict[str, Path]:
 
 
 def run_model(path: Path) -> str:
-    """Load, describe, plan and generate two tokens on the numpy backend, as the app would."""
-    from engine import EngineSettings, SamplingParams, describe_model, plan
+    """List, describe, plan and generate two tokens on the numpy backend, as the app would."""
+    from engine import EngineSettings, SamplingParams, describe_model, installed, model_sampling_defaults, plan
     from engine.engine import Runner, run_to_end
     from engine.events import Failed
     s = EngineSettings(model=str(path), backend="numpy", parallel=1, context=256, paging="off", memory_gib=0.25)
+    installed.listing(path.parent)  # the models page: an unreadable model is listed with its error
+    model_sampling_defaults(str(path))
     describe_model(str(path))
     p = plan(s)
     if not p.fits:
@@ -282,6 +284,8 @@ MESSAGES = [
     [{"role": "system", "content": "\udcff" * 10}, {"role": "user", "content": "hi"}], None,
 ]
 PROMPT_IDS = [[-1], [10**9], [1.5], ["1"], [], [True], None, [1, 2, 3], list(range(300)), [2**63]]
+THINKING = [None, None, True, False, "yes", 1, 0.0]
+REASONING = [None, "thought", 5, ["x"], "\ud800", ""]
 
 
 def request_case(rng: random.Random, runner, settings, folder: Path) -> Case:
@@ -296,14 +300,21 @@ def request_case(rng: random.Random, runner, settings, folder: Path) -> Case:
     messages, ids = rng.choice(MESSAGES), None
     if rng.random() < 0.3:
         ids, messages = rng.choice(PROMPT_IDS), None
-    bad_input = (ids is not None and not _fine_ids(ids)) or (ids is None and not _fine_messages(messages))
+    thinking = rng.choice(THINKING)
+    reasoning = rng.choice(REASONING) if isinstance(messages, list) and rng.random() < 0.3 else None
+    bad_input = (ids is not None and not _fine_ids(ids)) or (ids is None and not _fine_messages(messages)) \
+        or not isinstance(thinking, (bool, type(None))) or not isinstance(reasoning, (str, type(None)))
     what = f"sampling {', '.join(f'{k}={ff._short(kw[k])}' for k in changed) or 'plain'}; " + (
-        f"prompt_ids {ff._short(ids)}" if ids is not None else f"messages {ff._short(messages)}")
+        f"prompt_ids {ff._short(ids)}" if ids is not None else f"messages {ff._short(messages)}") + (
+        f"; thinking {thinking!r}" if thinking is not None else "") + (
+        f"; after a reply with reasoning_content {ff._short(reasoning)}" if reasoning is not None else "")
+    if reasoning is not None:  # an earlier reply's thinking, sent back for the template to keep or drop
+        messages = [{"role": "assistant", "content": "", "reasoning_content": reasoning}] + messages
 
     def run() -> str:
         from engine.engine import run_to_end
         from engine.events import Failed
-        seq = runner.sequence(1, settings, messages, params, lambda e: None, ids)
+        seq = runner.sequence(1, settings, messages, params, lambda e: None, ids, thinking=thinking)
         end = run_to_end(runner.scheduler(settings), [seq])[1]
         if isinstance(end, Failed):
             raise (BugError if end.message.startswith("engine error") else LanechatError)(end.message)
@@ -334,6 +345,129 @@ def _fine_messages(messages) -> bool:
         and sum(len(m["content"]) for m in messages) < 20
 
 
+# --- KV snapshot files ---------------------------------------------------------------------------
+
+def write_snapshot(root: Path, runner, settings) -> Path:
+    """A snapshot of one finished turn of the shared runner, as the app writes one."""
+    from engine import SamplingParams
+    from engine.engine import run_to_end
+    from engine.kv import snapshots
+    sched = runner.scheduler(settings)
+    seq = runner.sequence(1, settings, None, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
+                          lambda e: None, [1] + list(range(20, 50)), snapshot_at_end=True)
+    run_to_end(sched, [seq])
+    path = root / "c.kv"
+    snapshots.save(path, sched.snapshots.pop(1), runner.fingerprint, settings.page_tokens)
+    return path
+
+
+SNAPSHOT_META = {"n": ["0", "-1", "1", "9999", "x", ""], "prompt_len": ["-3", "0", "9999", "x"],
+                 "kv_layers": ["0", "1", "99", "-1"], "state_layers": ["1", "7"], "kv_dtype": ["fp8", "f32", ""],
+                 "page_tokens": ["0", "x"], "version": ["2"], "format": ["x"]}
+
+
+def snapshot_case(rng: random.Random, bases: dict, runner, settings, folder: Path) -> Case:
+    """A snapshot file damaged, or rewritten with a consistent checksum so that only its contents lie."""
+    import numpy as np
+
+    from engine.kv import snapshots
+    path = folder / "c.kv"
+    shutil.copy(bases["snapshot"], path)
+    r, what = rng.random(), ""
+    if r < 0.3:
+        what = "snapshot " + ff.mutate_raw_bytes(rng, path)
+
+    def change(meta: dict, tensors: dict) -> None:
+        nonlocal what
+        if r < 0.55:
+            key = rng.choice(sorted(SNAPSHOT_META))
+            meta[key] = rng.choice(SNAPSHOT_META[key])
+            what = f"header {key} = {meta[key]!r}"
+            return
+        name = rng.choice(sorted(tensors))
+        a = tensors[name]
+        kind = rng.choice(["rows", "width", "dtype", "drop", "extra", "ids"])
+        if kind == "rows":
+            fewer = a[: max(len(a) - rng.randint(1, 3), 0)]
+            tensors[name] = fewer if rng.random() < 0.5 else np.concatenate([a, a])
+        elif kind == "width" and a.ndim > 1:
+            tensors[name] = np.ascontiguousarray(a[..., :1] if rng.random() < 0.5 else np.concatenate([a, a], -1))
+        elif kind == "dtype":
+            tensors[name] = a.astype(rng.choice([np.float32, np.uint8, np.int64, np.float16]))
+        elif kind == "drop":
+            tensors.pop(name)
+        elif kind == "extra":
+            tensors[rng.choice(["kv.99.0", "state.5.0", "kv.0.9", "junk"])] = np.zeros(4, np.float32)
+        else:
+            tensors["tokens"] = np.asarray(rng.choice([[-1] * len(a), [10**9] * len(a), [1]]), np.int32)
+        what = f"tensor {name}: {kind}"
+    if r >= 0.3:
+        ff.rewrite_snapshot(path, change)
+    follow = rng.random() < 0.5
+
+    def run() -> str:
+        from engine import SamplingParams
+        from engine.engine import run_to_end
+        from engine.events import Failed
+        snap = snapshots.load(path, runner.fingerprint, settings.kv_dtype)
+        ids = snap.tokens + [5, 6] if follow else None
+        seq = runner.sequence(1, settings, None, SamplingParams(temperature=0, max_tokens=2), lambda e: None, ids,
+                              resume=snap)
+        end = run_to_end(runner.scheduler(settings), [seq])[1]  # the scheduler checks the snapshot fits
+        if isinstance(end, Failed):
+            raise (BugError if end.message.startswith("engine error") else LanechatError)(end.message)
+        return "valid"
+    return Case("snapshot", what + ("; a follow-up turn" if follow else "; resumed alone"), run, folder)
+
+
+# --- the OpenAI API's request bodies ------------------------------------------------------------
+
+API_FOCUS = [("messages",), ("messages", 0), ("messages", 0, "content"), ("messages", 0, "role"),
+             ("messages", 2, "content", 0), ("messages", 2, "content", 0, "text"), ("messages", 1, "reasoning_content"),
+             ("prompt",), ("prompt", 0), ("max_tokens",), ("max_completion_tokens",), ("temperature",), ("top_p",),
+             ("top_k",), ("seed",), ("stop",), ("n",), ("stream",), ("stream_options",),
+             ("stream_options", "include_usage"), ("chat_template_kwargs",),
+             ("chat_template_kwargs", "enable_thinking"), ("ignore_eos",), ("model",), ("response_format",),
+             ("logprobs",), ("best_of",), ("echo",)]
+
+
+def api_case(rng: random.Random, runner, settings, folder: Path) -> Case:
+    """A chat or completion body with one value changed, parsed as the server does and run."""
+    from engine.server.protocol import parse_chat, parse_completion
+    chat = rng.random() < 0.6
+    stream = rng.random() < 0.5
+    body: dict = {"model": "tiny", "max_tokens": 2, "temperature": 0, "top_p": 1.0, "top_k": 0, "seed": 1, "n": 1,
+                  "stop": ["\n\n"], "ignore_eos": False, "stream": stream,
+                  **({"stream_options": {"include_usage": True}} if stream else {})}
+    if chat:
+        body["chat_template_kwargs"] = {"enable_thinking": False}
+        body["messages"] = [{"role": "system", "content": "Be brief."},
+                            {"role": "assistant", "content": "ok", "reasoning_content": "hm"},
+                            {"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    else:
+        body["prompt"] = rng.choice(["Once upon", [1, 2, 3]])
+    what = ff.mutate_json_value(rng, body, API_FOCUS) if rng.random() < 0.9 else "as it is"
+    what = f"{'chat' if chat else 'completion'}: {what}"
+
+    def run() -> str:
+        from engine.engine import run_to_end
+        from engine.events import Failed
+        from engine.server.protocol import ApiError
+        try:
+            job = (parse_chat if chat else parse_completion)(body, settings.sampling, settings.context)
+            ids = job.prompt_ids if job.prompt is None else runner.tokenizer.encode(job.prompt, add_special=True)
+            seq = runner.sequence(1, settings, job.messages, job.sampling, lambda e: None, ids, thinking=job.thinking)
+        except ApiError as e:
+            if e.status != 400 or "\n" in e.message:
+                raise BugError(f"answered {e.status}: {e.message[:80]!r}") from None
+            raise LanechatError(e.message) from None
+        end = run_to_end(runner.scheduler(settings), [seq])[1]
+        if isinstance(end, Failed):
+            raise (BugError if end.message.startswith("engine error") else LanechatError)(end.message)
+        return "valid"
+    return Case("api", what, run, folder)
+
+
 # --- the command line --------------------------------------------------------------------------
 
 CLI_BAD = {
@@ -352,26 +486,57 @@ CLI_BAD = {
     "--max-tokens": ["0", "-1", str(10**20), "x"],
     "--prompt": [os.fsdecode(b"\xff\xfe bad"), "\ud800"],
     "--system": [os.fsdecode(b"caf\xe9")],
+    "--drafter": ["x", "", "oracle"],
+    "--draft-tokens": ["0", "17", "x", "-1", "2.5"],
+    "--prompt-cache-gib": ["nan", "-1", "inf", "x", "1e300"],
+    "--kv-dtype": ["fp16", ""],
+    "--port": ["-1", "65536", "99999", "x", "80.5"],
+    "--max-body-mib": ["nan", "inf", "0", "-1", "x", "1e300"],
+    "--max-waiting": ["-1", "x", str(2**40)],
+    "--host": [os.fsdecode(b"\xff"), "", "bad host\n", "nohost.invalid"],
+    "--api-key": [os.fsdecode(b"k\xff")],
+    "--streams ": ["abc", "0", "-1", "1,,x"],  # bench-serve's (the trailing space keeps it apart from bench's)
+    "--max-tokens ": ["0", "-1", "x"],
+    "--history": ["0", "x", "", "-5"],
+    "--runs": ["-1", "21", "x"],
 }
+# Commands that run until stopped or for long: only refusals are tried on them (a refusal that does
+# not come is a hang, which is what it would be for a person too).
+REFUSE_ONLY = ("serve", "bench-serve", "bench-resume", "bench-start")
 
 
 def cli_case(rng: random.Random, bases: dict, folder: Path, tiny: str) -> Case:
-    cmd = rng.choice(["generate", "logits", "plan", "bench"])
+    cmd = rng.choice(["generate", "logits", "plan", "bench", "serve", "bench-serve", "bench-resume", "bench-start",
+                      "write-synthetic"])
     out = folder / "l.npy"
-    argv = {"generate": ["generate", "--model", tiny, "--prompt", "hi", "--max-tokens", "2", "--context", "256"],
-            "logits": ["logits", "--model", tiny, "--prompt-ids", "1,2,3", "--out", str(out), "--context", "256"],
-            "plan": ["plan", "--model", tiny, "--context", "256"],
+    small = ["--model", tiny, "--context", "256"]
+    argv = {"generate": ["generate", *small, "--prompt", "hi", "--max-tokens", "2"],
+            "logits": ["logits", *small, "--prompt-ids", "1,2,3", "--out", str(out)],
+            "plan": ["plan", *small],
             "bench": ["bench", "--synthetic", "tiny-llama", "--prompt-lengths", "8", "--streams", "1",
-                      "--decode-tokens", "2", "--parallel", "1", "--context", "64"]}[cmd]
-    argv += [] if cmd == "plan" else ["--backend", "numpy"]
-    allowed = {"generate": ["--memory-gib", "--prefill-chunk", "--parallel", "--context", "--kv-pages", "--temperature",
-                            "--top-p", "--top-k", "--seed", "--max-tokens", "--prompt", "--system"],
-               "logits": ["--prompt-ids", "--memory-gib", "--prefill-chunk", "--parallel", "--context", "--kv-pages"],
-               "plan": ["--memory-gib", "--prefill-chunk", "--parallel", "--context", "--kv-pages"],
-               "bench": ["--prompt-lengths", "--streams", "--memory-gib", "--prefill-chunk"]}[cmd]
+                      "--decode-tokens", "2", "--parallel", "1", "--context", "64"],
+            "serve": ["serve", *small, "--port", "0"],
+            "bench-serve": ["bench-serve", *small, "--streams", "1", "--max-tokens", "2"],
+            "bench-resume": ["bench-resume", "--synthetic", "tiny-llama", "--context", "256", "--history", "32"],
+            "bench-start": ["bench-start", *small, "--runs", "0"],
+            "write-synthetic": ["write-synthetic", "tiny-llama", str(folder / "written")]}[cmd]
+    argv += [] if cmd in ("plan", "write-synthetic") else ["--backend", "numpy"]
+    kv = ["--memory-gib", "--prefill-chunk", "--parallel", "--context", "--kv-pages", "--drafter", "--draft-tokens",
+          "--prompt-cache-gib", "--kv-dtype"]
+    allowed = {"generate": kv + ["--temperature", "--top-p", "--top-k", "--seed", "--max-tokens", "--prompt",
+                                 "--system"],
+               "logits": kv + ["--prompt-ids"], "plan": kv, "bench": ["--prompt-lengths", "--streams", *kv],
+               "serve": ["--port", "--max-body-mib", "--max-waiting", "--host", "--api-key", *kv],
+               "bench-serve": ["--streams ", "--max-tokens ", *kv], "bench-resume": ["--history", *kv],
+               "bench-start": ["--runs", *kv], "write-synthetic": []}[cmd]
     must_refuse, what = False, f"{cmd} as it is"
-    r = rng.random()
-    if r > 0.95:
+    r = 0.5 if cmd in REFUSE_ONLY else rng.random()
+    if cmd == "write-synthetic":
+        dest = rng.choice(["/dev/full/x", "/proc/x", str(folder / "child.log"), str(folder / "written")])
+        argv = ["write-synthetic", rng.choice(["tiny-llama", "nope", ""]), dest]
+        must_refuse = argv[1] != "tiny-llama" or dest != str(folder / "written")
+        what = f"write-synthetic {argv[1]!r} {dest!r}"
+    elif r > 0.95:
         pass
     elif cmd == "plan" and r < 0.3:  # a mutated Hugging Face config.json, read without any weights
         key = rng.choice([k for k in bases if k.startswith(("hf/", "mlx/"))])
@@ -382,8 +547,12 @@ def cli_case(rng: random.Random, bases: dict, folder: Path, tiny: str) -> Case:
     elif r < 0.7:
         flag = rng.choice(allowed)
         value = rng.choice(CLI_BAD[flag])
-        argv, must_refuse = _set_flag(argv, flag, value), True
-        what = f"{cmd} {flag} {value!r}"
+        if flag == "--host":  # any address but loopback needs a key: let the address itself be what fails
+            argv = _set_flag(argv, "--api-key", "k")
+        if flag == "--drafter" and value == "oracle" and cmd == "bench":
+            value = "x"  # bench takes the oracle
+        argv, must_refuse = _set_flag(argv, flag.strip(), value), True
+        what = f"{cmd} {flag.strip()} {value!r}"
     elif r < 0.85 and cmd == "logits":
         dest = rng.choice([str(folder / "missing" / "l.npy"), "/dev/full", str(folder), ""])
         argv, must_refuse = _set_flag(argv, "--out", dest), True

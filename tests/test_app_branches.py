@@ -110,6 +110,28 @@ def test_other_branches_that_hang_nowhere_or_repeat_an_id_are_dropped():
     assert [m.text for m in c.branches] == ["b", "child of a later one"]
 
 
+def chain(first_id: int, parent: int, n: int) -> list[dict]:
+    """n messages, each the child of the one before, listed child first (the last is the chain's top)."""
+    return [{"role": ("user", "assistant")[i % 2], "text": f"m{i}", "id": first_id + i,
+             "parent": first_id + i - 1 if i else parent} for i in range(n)][::-1]
+
+
+def test_a_long_branch_listed_child_first_loads_and_switches_whole():
+    """Placing a branch took a pass over the list per level: 30,000 messages listed child first
+    took minutes to load, and as long again to switch to."""
+    n = 30_000
+    msgs = [{"role": "user", "text": "q", "id": 1, "parent": None},
+            {"role": "assistant", "text": "a", "id": 2, "parent": 1}]
+    c = Conversation.from_dict({"format_version": 2, "id": "x", "messages": msgs, "branches": chain(3, 1, n)})
+    assert [m.id for m in c.branches] == list(range(3, n + 3))
+    options = branches.siblings(c, 1)
+    assert [m.text for m in options] == ["a", "m0"]
+    branches.switch(c, 1, options[1])
+    assert [m.id for m in c.messages] == [1, *range(3, n + 3)] and [m.text for m in c.branches] == ["a"]
+    branches.switch(c, 1, branches.siblings(c, 1)[0])
+    assert texts(c) == ["q", "a"] and len(c.branches) == n
+
+
 # --- in a tab ---------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -37,6 +37,18 @@ def test_a_bad_file_costs_a_notice_only(app_home):
         assert c == Connections() and "could not be read" in notice
 
 
+def test_a_file_too_deep_a_port_out_of_range_or_text_no_header_takes_costs_a_notice_only(app_home):
+    """Found by fuzzing: JSON nested 10⁵ deep was a RecursionError at every start, and an enabled
+    server on port 99999 hung the start for good (the server thread died before saying so)."""
+    connections_path().parent.mkdir(parents=True, exist_ok=True)
+    for text in ("[" * 100_000 + "]" * 100_000, '{"server": {"enabled": true, "port": 99999}}',
+                 '{"server": {"port": -1}}', '{"remotes": [{"api_key": "k\\udcff"}]}',
+                 '{"remotes": [{"base_url": "http://h\\n/v1"}]}', "[]"):
+        connections_path().write_text(text)
+        c, notice = load_connections()
+        assert c == Connections() and "could not be read" in notice, text[:40]
+
+
 def test_unknown_keys_are_ignored(app_home):
     connections_path().parent.mkdir(parents=True, exist_ok=True)
     connections_path().write_text('{"remotes": [{"base_url": "h:1", "colour": "red"}], "later": 1}')

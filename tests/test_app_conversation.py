@@ -84,9 +84,16 @@ GOOD = {"format_version": 1, "id": "c", "title": "t", "created": "2025-01-01T00:
 ANY = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=30) \
     | st.sampled_from(["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "2025-02-30", "\ud800"]) \
     | st.lists(st.integers(), max_size=2) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
-FIELDS = [(k,) for k in GOOD] + [("branches",)] + [("messages", i, k) for i in (0, 1) for k in
-                                                   ("role", "text", "time", "tokens", "tok_s", "interrupted",
-                                                    "error", "id", "parent")]
+# Format 2: ids and parents, an earlier reply in `branches`, thinking, a reply's measurements
+GOOD2 = {**GOOD, "format_version": 2, "engine": "", "thinking": False, "pinned": True, "at_limit": "drop",
+         "messages": [{**GOOD["messages"][0], "id": 1, "parent": None},
+                      {**GOOD["messages"][1], "id": 3, "parent": 1, "reasoning": "r", "reasoning_tokens": 2,
+                       "accepted": 2.5, "prompt_tokens": 9, "ttft": 0.25, "left_out": 0}],
+         "branches": [{**GOOD["messages"][1], "id": 2, "parent": 1, "text": "older"}]}
+MESSAGE_KEYS = ("role", "text", "time", "tokens", "tok_s", "interrupted", "error", "id", "parent", "reasoning",
+                "reasoning_tokens", "accepted", "prompt_tokens", "ttft", "left_out")
+FIELDS = [(k,) for k in GOOD2] + [(where, i, k) for where, n in (("messages", 2), ("branches", 1))
+                                  for i in range(n) for k in MESSAGE_KEYS]
 
 
 def put(raw, path: tuple, value) -> None:
@@ -109,27 +116,32 @@ def shown_everywhere(t: str) -> bool:
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(FIELDS), ANY), min_size=1, max_size=4))
-def test_a_loaded_conversation_has_typed_fields_or_is_refused(changes):
-    raw = json.loads(json.dumps(GOOD))
+@given(st.sampled_from([GOOD, GOOD2]), st.lists(st.tuples(st.sampled_from(FIELDS), ANY), min_size=1, max_size=4))
+def test_a_loaded_conversation_has_typed_fields_or_is_refused(good, changes):
+    raw = json.loads(json.dumps(good))
     for path, value in changes:
         put(raw, path, value)
     try:
         c = Conversation.from_dict(raw)
     except FormatError:
         return
-    for name in ("id", "title", "created", "updated", "model", "system_prompt", "draft"):
+    for name in ("id", "title", "created", "updated", "model", "system_prompt", "draft", "engine"):
         assert isinstance(getattr(c, name), str)
     assert isinstance(c.settings, dict) and (c.snapshot is None or isinstance(c.snapshot, dict))
     assert shown_everywhere(c.created) and shown_everywhere(c.updated)
-    for m in c.messages:
+    assert c.thinking in (None, True, False) and type(c.pinned) is bool and c.at_limit in ("refuse", "drop")
+    counts = ("tokens", "reasoning_tokens", "prompt_tokens", "left_out")
+    for m in c.messages + c.branches:
         assert m.role in ("user", "assistant") and isinstance(m.text, str) and shown_everywhere(m.time)
-        assert m.tokens is None or (type(m.tokens) is int and m.tokens >= 0)
-        assert m.tok_s is None or (type(m.tok_s) is float and math.isfinite(m.tok_s))
+        assert all(getattr(m, k) is None or (type(getattr(m, k)) is int and getattr(m, k) >= 0) for k in counts)
+        for k in ("tok_s", "accepted", "ttft"):
+            assert getattr(m, k) is None or (type(getattr(m, k)) is float and math.isfinite(getattr(m, k)))
         assert type(m.interrupted) is bool and (m.error is None or isinstance(m.error, str))
+        assert isinstance(m.reasoning, str) and (m.role == "assistant" or not m.reasoning)
     ids = [m.id for m in c.messages + c.branches]
     assert all(type(i) is int and i > 0 for i in ids) and len(set(ids)) == len(ids)
     assert all(m.parent == (c.messages[i - 1].id if i else None) for i, m in enumerate(c.messages))
+    assert all(m.parent is None or m.parent in ids for m in c.branches)  # every branch hangs in the tree
 
 
 @pytest.mark.parametrize("field, value", [("error", 5), ("tok_s", "fast"), ("tok_s", float("inf")), ("tokens", -3),

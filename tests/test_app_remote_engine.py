@@ -106,6 +106,55 @@ def test_an_unreachable_server_says_so(qtbot, qasync_loop):
     assert sink.failed.startswith("Could not reach the remote engine at http://127.0.0.1:9/v1/chat/completions")
 
 
+class Replay:
+    """A server that answers every POST with the given server-sent event lines, whatever they say."""
+
+    def __init__(self, lines: list[str]):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                self.wfile.write("".join(f"data: {line}\n\n" for line in lines).encode())
+
+            def log_message(self, *args):
+                pass
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+END = '{"choices": [{"delta": {}, "finish_reason": "stop"}]}'
+
+
+@pytest.mark.parametrize("lines, failed", [
+    (['{"choices": "x"}', '{"choices": [5, {"delta": "s"}, {"delta": {"content": 7, "reasoning": ["r"]}}]}',
+      '{"choices": [{"delta": {"content": "ok"}, "finish_reason": 7}]}',
+      '{"usage": {"completion_tokens": "many", "prompt_tokens": -4, "completion_tokens_details": '
+      '{"reasoning_tokens": true}}}', END, "[DONE]"], None),
+    (["[" * 100_000 + "]" * 100_000, END, "[DONE]"], "sent a line that is not JSON"),
+])
+def test_a_server_sending_what_no_openai_server_sends_ends_the_reply_cleanly(qtbot, qasync_loop, lines, failed):
+    """A chunk of the wrong shape raised inside the reply's task, and its tab waited for ever."""
+    fake = Replay(lines)
+    try:
+        sink = run(qtbot, RemoteEngine(RemoteConfig(base_url=fake.url, model="m"), SamplingParams), timeout=15000)
+    finally:
+        fake.close()
+    if failed is None:
+        assert sink.failed is None and sink.text == "ok" and sink.finished.reason == "stop"
+    else:
+        assert failed in sink.failed and "\n" not in sink.failed
+
+
 def test_models_are_listed_from_the_server(run_async, server):
     assert run_async(list_models(server.url)) == ["tiny-llama"]
     assert run_async(list_models(server.v1 + "/")) == ["tiny-llama"]

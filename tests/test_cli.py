@@ -66,6 +66,10 @@ def test_cupy_backend_without_a_gpu_is_a_clear_error():
     ["generate", "--prompt", "x", "--draft-tokens", "0"], ["generate", "--prompt", "x", "--draft-tokens", "17"],
     ["generate", "--prompt", "x", "--drafter", "oracle"], ["bench", "--drafter", "dflash9"],
     ["gates", "--draft-tokens", "99"],
+    ["serve", "--port", "99999"], ["serve", "--port", "-1"], ["serve", "--max-body-mib", "nan"],
+    ["serve", "--max-body-mib", "0"], ["serve", "--max-waiting", "-3"], ["serve", "--host", "\udcff"],
+    ["serve", "--api-key", "k\udcff"], ["bench-serve", "--streams", "abc"], ["bench-serve", "--streams", "0"],
+    ["bench-serve", "--max-tokens", "0"], ["bench-resume", "--history", "x"], ["bench-start", "--runs", "-1"],
 ])
 def test_every_argument_is_checked_by_its_type(args, tmp_path, capsys):
     if args[0] == "logits":
@@ -84,6 +88,13 @@ def test_logits_out_that_cannot_be_written(out, words, tmp_path, capsys, monkeyp
                  "--context", "256"]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("error: ") == 1
+
+
+@pytest.mark.parametrize("folder", ["/dev/full/x", "/proc/x"])
+def test_write_synthetic_where_nothing_can_be_written(folder, capsys):
+    assert main(["write-synthetic", "tiny-llama", folder]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: cannot write {folder}: "), err
 
 
 def test_non_utf8_prompt_bytes_are_one_line():

@@ -48,6 +48,17 @@ def test_last_used_and_recent(models):
     assert installed.recent() == []
 
 
+def test_entries_no_view_can_show_are_forgotten(models):
+    """A NUL in a path made Path.exists raise, and 10**400, inf or NaN seconds broke float() and the
+    dates shown: the Recent models menu failed at every start."""
+    good = str((models / "tiny-hf").resolve())
+    raw = ('{"/x\\u0000y": 1.0, "": 2.0, "/a": 1e999, "/b": NaN, "/c": -5, "/d": 10' + "0" * 400
+           + f', "/e": true, "/f": "1", "{good}": 300.5}}')
+    (installed.paths.state_dir() / installed.USED_FILE).write_text(raw)
+    assert installed.recent() == [Path(good)]
+    assert {m.path.name: m.last_used for m in installed.listing()}["tiny-hf"] == 300.5
+
+
 def test_models_used_from_elsewhere_follow_the_folders_newest_first(models, tmp_path):
     lm_studio = tmp_path / "lmstudio"
     lm_studio.mkdir()

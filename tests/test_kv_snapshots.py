@@ -12,6 +12,8 @@ from engine import Engine, EngineSettings, Finished, SamplingParams, Started
 from engine.engine import Runner, run_to_end
 from engine.kv import SnapshotError, snapshots
 
+import fuzz_files as ff
+
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 
 
@@ -93,6 +95,42 @@ def test_foreign_files_are_refused(saved, tmp_path):
         snapshots.load(other, runner().fingerprint, "bf16")
 
 
+def _narrow(meta, t):
+    t["kv.0.0"] = np.ascontiguousarray(t["kv.0.0"][..., :8])
+
+
+def _float_rows(meta, t):
+    t["kv.0.1"] = t["kv.0.1"].astype(np.float32)
+
+
+def _state(meta, t):
+    t["state.0.0"] = np.ascontiguousarray(t["state.0.0"][..., :1])
+
+
+def _all_rows(meta, t):  # a reply's last token was never fed: no row can hold it
+    meta["n"] = str(len(t["tokens"]))
+    for name in [n for n in t if n.startswith("kv.")]:
+        t[name] = np.concatenate([t[name], t[name][-1:]])
+
+
+def _layers(meta, t):
+    meta["kv_layers"] = "1"
+
+
+@pytest.mark.parametrize("change", [_narrow, _float_rows, _state, _all_rows, _layers])
+def test_a_file_whose_contents_lie_is_refused_before_any_stream_runs(saved, change):
+    """A file with its checksum made to fit and contents no cache of this model holds: its K/V
+    went into the lane at admission, where the error killed the engine thread (or a decode read
+    past the tokens)."""
+    path, snap = saved
+    ff.rewrite_snapshot(path, change)
+    s = settings()
+    with pytest.raises(SnapshotError):
+        back = snapshots.load(path, runner().fingerprint, "bf16")
+        seq = runner().sequence(1, s, None, GREEDY, lambda e: None, back.tokens + [40, 41], resume=back)
+        runner().scheduler(s).add(seq)
+
+
 def test_a_failed_write_leaves_the_old_file_whole(saved):
     """A file-size limit stands for a full disk: the write fails, the old snapshot still loads."""
     path, _ = saved
@@ -160,8 +198,14 @@ def test_the_engine_resumes_a_conversation_across_a_restart(tmp_path):
     ids = snap.tokens + [40, 41, 42]
     started, end = reply_to(second, ids)
     assert started.reused == snap.cache.n and scheds[0].prompt_positions == len(ids) - snap.cache.n
-    path.write_bytes(path.read_bytes()[:-64])  # damaged: ignored, deleted, recomputed
+    good = path.read_bytes()
+    path.write_bytes(good[:-64])  # damaged: ignored, deleted, recomputed
     again, end2 = reply_to(second, ids)
     assert again.reused == 0 and not path.exists() and end2.tokens == end.tokens == GREEDY.max_tokens
     assert any("snapshot ignored" in line for line in logs)
+    path.write_bytes(good)
+    ff.rewrite_snapshot(path, _narrow)  # whole, but not this model's cache: the same, and the engine goes on
+    third, end3 = reply_to(second, ids)
+    assert third.reused == 0 and not path.exists() and end3.tokens == end.tokens
+    assert any("does not fit" in line or "another shape" in line for line in logs)
     second.shutdown()

@@ -211,15 +211,26 @@ META = {"general.architecture": "llama", "llama.embedding_length": 64, "llama.at
         "llama.attention.head_count_kv": 2, "llama.block_count": 2, "llama.feed_forward_length": 128,
         "llama.attention.layer_norm_rms_epsilon": 1e-5, "llama.rope.freq_base": 10000.0, "llama.context_length": 512,
         "llama.rope.dimension_count": 16, "llama.attention.key_length": 16, "llama.vocab_size": 320}
+# qwen35moe as llama.cpp writes it: the Gated DeltaNet's ssm.* keys, the layer pattern, MTP, experts
+HYBRID = {"general.architecture": "qwen35moe", **{k.replace("llama.", "qwen35moe."): v for k, v in META.items()
+                                                  if k != "general.architecture"},
+          "qwen35moe.block_count": 5, "qwen35moe.attention.key_length": 16, "qwen35moe.attention.value_length": 16,
+          "qwen35moe.rope.dimension_sections": [4, 2, 2, 0], "qwen35moe.ssm.conv_kernel": 4,
+          "qwen35moe.ssm.state_size": 8, "qwen35moe.ssm.group_count": 2, "qwen35moe.ssm.time_step_rank": 4,
+          "qwen35moe.ssm.inner_size": 32, "qwen35moe.full_attention_interval": 4,
+          "qwen35moe.nextn_predict_layers": 1, "qwen35moe.expert_count": 4, "qwen35moe.expert_used_count": 2,
+          "qwen35moe.expert_feed_forward_length": 64, "qwen35moe.expert_shared_feed_forward_length": 64}
 ANY = st.none() | st.booleans() | st.integers(-2**66, 2**66) | st.floats() | st.text(max_size=6) \
-    | st.lists(st.integers(-2, 2) | st.text(max_size=2), max_size=3)
+    | st.lists(st.integers(-2, 2) | st.text(max_size=2), max_size=3) | st.sampled_from([2_000_000, 1024, 16, 17])
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(sorted(META)), ANY, min_size=1, max_size=4))
-def test_config_from_any_metadata_is_valid_or_one_model_error(changes) -> None:
+@given(st.sampled_from([META, HYBRID]).flatmap(
+    lambda base: st.tuples(st.just(base), st.dictionaries(st.sampled_from(sorted(base)), ANY, min_size=1, max_size=4))))
+def test_config_from_any_metadata_is_valid_or_one_model_error(base_changes) -> None:
     from engine.loader.gguf import config_from_metadata
-    meta = {k: v for k, v in {**META, **changes}.items() if v is not None}
+    base, changes = base_changes
+    meta = {k: v for k, v in {**base, **changes}.items() if v is not None}
     try:
         c = config_from_metadata(meta, {"output.weight"}, "/m.gguf")
     except ModelError as e:
@@ -227,6 +238,19 @@ def test_config_from_any_metadata_is_valid_or_one_model_error(changes) -> None:
         return
     assert 1 <= c.layers <= 1024 and c.heads % c.kv_heads == 0 and 2 <= c.rotary_dim <= c.head_dim
     assert c.rotary_dim % 2 == 0 and c.rms_eps > 0 and math.isfinite(c.rope_theta) and c.vocab >= 1
+    assert len(c.layer_types) == c.layers and 0 <= c.mtp_layers <= 16
+    if c.linear_layers:
+        assert min(c.lin_k_heads, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim, c.conv_kernel) >= 1
+        assert c.lin_v_heads % c.lin_k_heads == 0 and c.state_bytes_per_stream() > 0
+    if c.experts:
+        assert 1 <= c.top_k <= c.experts and c.expert_intermediate >= 1
+
+
+def test_the_hybrid_metadata_of_the_property_test_is_a_model():
+    """The property test's qwen35moe base must itself load, or its changes would test nothing."""
+    from engine.loader.gguf import config_from_metadata
+    c = config_from_metadata(HYBRID, {"output.weight"}, "/m.gguf")
+    assert (c.arch, c.layers, c.mtp_layers, c.experts, len(c.linear_layers)) == ("qwen3_5_moe", 4, 1, 4, 3)
 
 
 # --- the real default model (skipped until `python -m engine fetch-default`) -----------------------

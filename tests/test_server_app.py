@@ -302,6 +302,16 @@ def test_any_address_but_loopback_needs_an_api_key_checked_on_every_request():
         assert s.stop() == 0
 
 
+@pytest.mark.parametrize("host, port", [("127.0.0.1", 99999), ("127.0.0.1", -1), ("127.0.0.1", "80"),
+                                        ("127.0.0.1", True), ("", 0), ("bad\nhost", 0), ("\udcff", 0)])
+def test_an_address_no_socket_takes_is_refused_before_the_thread_starts(host, port):
+    """Port 99999 raised OverflowError in the server thread, before it said it was listening:
+    the app's start (serving on localhost from connections.json) waited for it for ever."""
+    from engine.server.host import ServeError
+    with pytest.raises(ServeError, match="the host to listen on|the port must be"):
+        ServerThread(OpenAIServer(EngineSlot(), api_key="k"), host, port)
+
+
 # --- no engine: loading, restarting (in this process: the slot is the app's hook) ----------------
 
 @pytest.fixture

@@ -246,6 +246,24 @@ class Cache:
                     np.stack([b.to_host(a[lane.index]) for a in self.ring_v]), b.to_host(self.ring_pos[lane.index]))
         return LaneState(n, self.dtype, kv, state, ring)
 
+    def mismatch(self, snap: LaneState) -> str | None:
+        """Why `snap` cannot go into this cache (its dtype, layers, or an array's shape or type
+        differs from what this cache stores), or None when it can."""
+        if snap.kv_dtype != self.dtype:
+            return f"it holds {snap.kv_dtype} K/V, the cache stores {self.dtype}"
+        if len(snap.kv) != len(self.k) or len(snap.state) != len(self.state):
+            return (f"it holds {len(snap.kv)} attention and {len(snap.state)} recurrent layers, the cache "
+                    f"{len(self.k)} and {len(self.state)}")
+        groups = self._kv_arrays()
+        for layer, arrays in enumerate(snap.kv):
+            want = [((snap.n, *g[layer].shape[2:]), np.dtype(g[layer].dtype)) for g in groups]
+            if [(tuple(a.shape), a.dtype) for a in arrays] != want:
+                return f"attention layer {layer} holds arrays of another shape or type than the cache's"
+        for i, (group, saved) in enumerate(zip(self.state, snap.state)):
+            if [(tuple(a.shape), a.dtype) for a in saved] != [(a.shape[1:], np.dtype(np.float32)) for a in group]:
+                return f"recurrent layer {i} holds arrays of another shape or type than the cache's"
+        return None
+
     def write(self, lane: Lane, snap: LaneState) -> None:
         """Put a snapshot into `lane` (which must hold pages for snap.n positions), bit for bit."""
         if snap.kv_dtype != self.dtype:

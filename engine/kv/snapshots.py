@@ -5,8 +5,9 @@ scales), every recurrent layer's arrays and a drafter's context ring, with a hea
 (`engine.fingerprint`), the K/V dtype, the page size it ran with, the hash of its token ids and
 an xxh3 checksum of every tensor's bytes. It is written to a temp file and renamed, so a full disk
 or a kill leaves the old file whole. A file whose format, fingerprint, dtype or checksum does not
-match is refused (SnapshotError says why): its conversation is recomputed, never continued from
-the wrong state.
+match is refused (SnapshotError says why), and so is one whose arrays the engine's cache does not
+hold (`Cache.mismatch`, checked when the stream is queued): its conversation is recomputed,
+never continued from the wrong state.
 """
 from __future__ import annotations
 
@@ -133,8 +134,10 @@ def load(path: Path, fingerprint: str, kv_dtype: str) -> Snapshot:
         prompt_len = int(meta["prompt_len"])
     except (KeyError, ValueError) as e:
         raise SnapshotError(f"{path.name}: inconsistent header ({e})") from None
-    if token_hash(tokens) != meta.get("tokens_hash") or not 0 < n < len(tokens) + 1 or any(
-            a.shape[0] != n for group in kv for a in group):
+    # a reply's last sampled token is never fed: a snapshot with a reply holds one row fewer than tokens
+    most = len(tokens) - (1 if len(tokens) > prompt_len else 0)
+    if token_hash(tokens) != meta.get("tokens_hash") or not 0 < n <= most or not 0 < prompt_len <= len(tokens) \
+            or any(a.shape[0] != n for group in kv for a in group):
         raise SnapshotError(f"{path.name}: inconsistent header (tokens and rows disagree)")
     return Snapshot(tokens, prompt_len, LaneState(n, kv_dtype, kv, state, ring))
 

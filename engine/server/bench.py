@@ -185,9 +185,7 @@ def table(local: list[Cell], remote: list[Cell]) -> list[str]:
 
 
 def main(a: argparse.Namespace, settings: EngineSettings) -> int:
-    counts = [int(x) for x in a.streams.split(",") if x.strip()]
-    if not counts or min(counts) < 1:
-        raise LanechatError(f"--streams must list positive counts, got {a.streams!r}")
+    counts = a.streams
     engine = Engine(settings, log=lambda m: print(m, file=sys.stderr))
     engine.start()
     info = engine.info

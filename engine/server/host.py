@@ -35,8 +35,17 @@ def check_bind(host: str, api_key: str | None) -> None:
         raise ServeError(f"serving on {host} lets other machines in: it needs an API key (--api-key KEY)")
 
 
+def check_address(host: object, port: object) -> None:
+    """A host name and a TCP port (0: any free one), before a socket is touched."""
+    if not isinstance(host, str) or not host or not host.isprintable() or len(host) > 255:
+        raise ServeError(f"the host to listen on must be an address or a name, got {host!r:.60}")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ServeError(f"the port must be a whole number from 0 to 65535, got {port!r:.60}")
+
+
 class ServerThread:
     def __init__(self, server: OpenAIServer, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+        check_address(host, port)
         check_bind(host, server.api_key)
         self.server, self.host, self.port = server, host, port
         self._thread: threading.Thread | None = None
@@ -77,8 +86,9 @@ class ServerThread:
             loop.run_until_complete(runner.setup())
             site = web.TCPSite(runner, self.host, self.port)
             loop.run_until_complete(site.start())
-        except OSError as e:
-            self._error = ServeError(f"cannot listen on {self.host}:{self.port}: {e.strerror or e}")
+        except Exception as e:  # noqa: BLE001 - start() waits for _ready: no error may leave it unset
+            why = e.strerror or e if isinstance(e, OSError) else f"{type(e).__name__}: {e}"
+            self._error = ServeError(f"cannot listen on {self.host}:{self.port}: {why}")
             loop.run_until_complete(runner.cleanup())
             loop.close()
             self._ready.set()
