@@ -16,7 +16,8 @@ from engine import EngineSettings, SamplingParams
 
 def settings_for(model: str, **kw) -> EngineSettings:
     sampling = SamplingParams(temperature=0, max_tokens=kw.pop("max_tokens", 48), ignore_eos=True)
-    return EngineSettings(model=model, backend="numpy", parallel=kw.pop("parallel", 2), context=512,
+    return EngineSettings(model=model, backend="numpy", parallel=kw.pop("parallel", 2),
+                          context=kw.pop("context", 512),
                           sampling=sampling, **kw)
 
 
