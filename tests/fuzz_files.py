@@ -82,7 +82,9 @@ def mutate_json_value(rng: random.Random, obj: Any, focus: list[tuple] | None = 
 
 def _has(obj: Any, path: tuple) -> bool:
     try:
-        for k in path:
+        for k in path:  # only through containers: a string's characters are not paths
+            if not isinstance(obj, (dict, list)):
+                return False
             obj = obj[k]
         return True
     except (KeyError, IndexError, TypeError):
