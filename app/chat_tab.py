@@ -248,7 +248,8 @@ class ChatTab(QWidget):
         max tokens, or stopped or interrupted; the new text joins the same message."""
         msgs = self.conversation.messages
         m = msgs[-1] if msgs else None
-        if self.generating or self.editing or m is None or message not in (None, m) or not can_continue(m):
+        if (self.generating or self.editing or m is None or (message is not None and message is not m)
+                or not can_continue(m)):
             return
         widget = self.view.widget_for(len(msgs) - 1)
         if widget is None:
