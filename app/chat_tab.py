@@ -35,6 +35,7 @@ from .engine_bridge import EngineBridge
 from .engine_picker import EnginePicker
 from .engines import EngineChoices, TabEngine
 from .message_view import MessageWidget
+from .prompt_presets import Preset
 from .reply import ERROR, IDLE, WAITING, Reply, can_continue, reply_sampling
 from .saver import Saver
 from .store import ConversationStore
@@ -68,6 +69,7 @@ class ChatTab(QWidget):
 
         self.system = SystemPrompt(conversation, self)
         self.system_toggle, self.system_edit = self.system.toggle, self.system.edit
+        self.system.presets.picked.connect(self._preset_picked)
         self.sampling_panel = SamplingPanel()
         self.sampling_panel.changed.connect(self._sampling_chosen)
         inner = QWidget()
@@ -464,6 +466,13 @@ class ChatTab(QWidget):
     def _update_sampling(self) -> None:
         settings = self.bridge.settings
         self.sampling_panel.show_for(self.conversation.sampling, settings.sampling if settings is not None else None)
+
+    def _preset_picked(self, preset: Preset) -> None:
+        """A preset with sampling values gives them to this conversation, in place of its own."""
+        if preset.sampling:
+            self.conversation.sampling = dict(preset.sampling)
+            self._update_sampling()
+        self.save()
 
     def _sampling_chosen(self, own: dict) -> None:
         self.conversation.sampling = own

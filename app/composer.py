@@ -117,7 +117,7 @@ class Composer(QWidget):
         self.attach_button = QToolButton(text="Attach", objectName="messageAction",
                                          toolTip="Attach a text or code file to the message (or drop one here)")
         self.attach_button.setCursor(Qt.CursorShape.PointingHandCursor)
-        self.attach_button.clicked.connect(self._pick_files)
+        self.attach_button.clicked.connect(self.pick_files)
         self.edit.files_dropped.connect(self.attach_files)
 
         self.box = QFrame(objectName="composer")
@@ -172,7 +172,7 @@ class Composer(QWidget):
         self.edit.setFocus()
         return problems
 
-    def _pick_files(self) -> None:
+    def pick_files(self) -> None:
         paths, _ = QFileDialog.getOpenFileNames(self, "Attach text or code files", str(Path.home()))
         if paths:
             self.attach_files([Path(p) for p in paths])

@@ -29,13 +29,16 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from engine import LanechatError, SamplingParams
+from engine import SamplingParams
 
 from .attachments import Attachment, with_files
 
 FORMAT_VERSION = 3
 ROLES = ("user", "assistant")
 OWN_SAMPLING = ("temperature", "top_p", "top_k", "seed", "max_tokens")  # what a conversation may set
+# ... and the range of each, as the settings dialog offers them: the engine takes all of these
+OWN_RANGES: dict[str, tuple[Any, Any]] = {"temperature": (0.0, 2.0), "top_p": (0.01, 1.0), "top_k": (0, 1000),
+                                          "seed": (0, 2**31 - 1), "max_tokens": (1, 1 << 20)}
 _TITLE_CHARS = 48
 
 
@@ -120,22 +123,34 @@ def attachments(raw: Any) -> list[Attachment]:
     return [a for a in found if a is not None]
 
 
+def check_sampling(raw: Any) -> dict[str, Any]:
+    """Own sampling values as given (a preset's), or FormatError naming the first one that a
+    conversation cannot set: an unknown name, or a value outside the range its panel offers."""
+    if not isinstance(raw, dict):
+        raise FormatError(f"sampling must be an object of values, got {str(raw)[:40]}")
+    for name, value in raw.items():
+        if name not in OWN_RANGES:
+            raise FormatError(f"{str(name)[:40]!r} is no sampling value a conversation sets "
+                              f"(those are {', '.join(OWN_SAMPLING)})")
+        low, high = OWN_RANGES[name]
+        whole = isinstance(low, int)
+        if not (_is_int(value) if whole else _is_number(value)) or not low <= value <= high:
+            raise FormatError(f"{name} must be {'a whole number' if whole else 'a number'} from {low:,} to "
+                              f"{high:,}, got {str(value)[:40]}")
+    return {name: raw[name] for name in OWN_SAMPLING if name in raw}
+
+
 def own_sampling(raw: Any) -> dict[str, Any]:
-    """A conversation's own sampling values from JSON: those the engine takes, others dropped."""
+    """A conversation's own sampling values from its file: those check_sampling takes, others dropped."""
     if not isinstance(raw, dict):
         return {}
     kept = {}
-    for name in OWN_SAMPLING:
-        value = raw.get(name)
-        if value is None or isinstance(value, bool) or (name in ("top_k", "seed", "max_tokens")
-                                                        and not isinstance(value, int)):
-            continue
+    for name, value in raw.items():
         try:
-            SamplingParams(**{name: value}).validate()
-        except (LanechatError, TypeError):
+            kept.update(check_sampling({name: value}))
+        except FormatError:
             continue
-        kept[name] = value
-    return kept
+    return {name: kept[name] for name in OWN_SAMPLING if name in kept}
 
 
 def timestamp(value: Any) -> str:

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 
 from engine import SamplingParams
 
-from .conversation import OWN_SAMPLING
+from .conversation import OWN_RANGES, OWN_SAMPLING
 
 LABELS = {"temperature": "Temperature", "top_p": "Top-p", "top_k": "Top-k", "seed": "Seed",
           "max_tokens": "Max tokens"}
@@ -28,20 +28,15 @@ SHORT = {"temperature": "temp", "top_p": "top-p", "top_k": "top-k", "seed": "see
 
 
 def _box(name: str) -> QAbstractSpinBox:
-    """The settings dialog's range for each value."""
-    if name == "temperature":
-        box = QDoubleSpinBox(minimum=0, maximum=2, singleStep=0.05, decimals=2)
-        box.setSpecialValueText("0 (greedy)")
-    elif name == "top_p":
-        box = QDoubleSpinBox(minimum=0.01, maximum=1, singleStep=0.05, decimals=2)
-    elif name == "top_k":
-        box = QSpinBox(minimum=0, maximum=1000)
-        box.setSpecialValueText("Off")
-    elif name == "seed":
-        box = QSpinBox(minimum=0, maximum=2**31 - 1)
-        box.setSpecialValueText("Random")
+    """A box over the range a conversation may set (conversation.OWN_RANGES)."""
+    low, high = OWN_RANGES[name]
+    if isinstance(low, float):
+        box = QDoubleSpinBox(minimum=low, maximum=high, singleStep=0.05, decimals=2)
     else:
-        box = QSpinBox(minimum=1, maximum=1 << 20, singleStep=256)
+        box = QSpinBox(minimum=low, maximum=high, singleStep=256 if name == "max_tokens" else 1)
+    special = {"temperature": "0 (greedy)", "top_k": "Off", "seed": "Random"}.get(name)
+    if special:
+        box.setSpecialValueText(special)
     box.setToolTip(f"{LABELS[name]} for this conversation")
     return box
 

@@ -1,11 +1,11 @@
 """A conversation's system prompt: the toggle that says whether one is set and opens the editor,
-the editor, and the presets saved prompts come from (app/prompt_presets.py)."""
+the editor, and the presets saved prompts (and sampling) come from (app/prompt_presets.py)."""
 from __future__ import annotations
 
 from PySide6.QtWidgets import QPlainTextEdit, QToolButton, QWidget
 
 from .conversation import Conversation
-from .prompt_presets import PresetButton
+from .prompt_presets import Preset, PresetButton
 from .wrap_guard import WrapGuard
 
 
@@ -25,8 +25,8 @@ class SystemPrompt:
         shown = bool(conversation.system_prompt)
         self.edit.setVisible(shown)
         self.toggle.setChecked(shown)
-        self.presets = PresetButton(lambda: self.conversation.system_prompt, parent)
-        self.presets.picked.connect(self.edit.setPlainText)
+        self.presets = PresetButton(lambda: (self.conversation.system_prompt, self.conversation.sampling), parent)
+        self.presets.picked.connect(self._picked)
         self.presets.setVisible(shown)
         self.toggle.toggled.connect(self._toggled)
         self.edit.textChanged.connect(self._changed)
@@ -38,6 +38,12 @@ class SystemPrompt:
         self._label()
         if on:
             self.edit.setFocus()
+
+    def _picked(self, preset: Preset) -> None:
+        """A preset's prompt replaces this one (a preset of sampling alone leaves it; the tab
+        takes its sampling)."""
+        if preset.text:
+            self.edit.setPlainText(preset.text)
 
     def _changed(self) -> None:
         self.conversation.system_prompt = self.edit.toPlainText()

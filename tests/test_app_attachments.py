@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 from fake_engine import _stop_fake_engines, bridge_with  # noqa: F401 - the fixture applies here
-from PySide6.QtCore import QMimeData, QPointF, Qt, QTimer, QUrl
+from modal import answer_file_dialog
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
-from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit
 from tab_actions import shown
 
 from app.attachments import MAX_BYTES, Attachment, AttachmentError, read, with_files
@@ -130,24 +130,10 @@ def test_a_file_too_long_for_the_context_left_is_refused_above_the_box(qtbot, tm
         "Not attached: more.txt is 10 tokens, too long for this conversation: it has room for 6 more")
 
 
-def when_modal(act, tries: int = 100) -> None:
-    """Call act(dialog) once a modal dialog is open (polled on Qt's loop, up to ten seconds)."""
-    dialog = QApplication.activeModalWidget()
-    if dialog is not None:
-        act(dialog)
-    elif tries:
-        QTimer.singleShot(100, lambda: when_modal(act, tries - 1))
-
-
 def test_the_attach_button_opens_a_file_dialog(qtbot, tmp_path, tab):
     tab, _ = tab
     path = file(tmp_path, "notes.md", "# Notes\n")
-
-    def open_it(dialog):  # types the path into the dialog's file name box and opens it
-        assert isinstance(dialog, QFileDialog)
-        dialog.findChild(QLineEdit, "fileNameEdit").setText(str(path))
-        dialog.accept()
-    QTimer.singleShot(100, lambda: when_modal(open_it))
+    answer_file_dialog(str(path))  # types the path into the dialog's file name box and opens it
     qtbot.mouseClick(tab.composer.attach_button, Qt.MouseButton.LeftButton)
     assert [a.name for a in tab.composer.attachments] == ["notes.md"]
 

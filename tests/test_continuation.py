@@ -16,8 +16,6 @@ from engine.events import Failed, Finished, Started, Token
 from engine.settings import EngineSettings, SamplingParams
 from engine.thinking import Splitter
 
-import ckpt
-
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me about pages."}]
 MODELS = ["synthetic:tiny-llama", "synthetic:tiny-qwen3.5"]
 
@@ -160,11 +158,8 @@ def test_the_raw_reply_splits_back_into_what_it_came_from(reasoning, content, in
 # --- a thinking model ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def thinker(tmp_path_factory) -> Runner:
-    folder = tmp_path_factory.mktemp("think-model")
-    ckpt.write_hf(folder, ckpt.tiny_qwen3_config(), seed=2, chat_template=ckpt.THINK_TEMPLATE)
-    return Runner(EngineSettings(model=str(folder), backend="numpy", parallel=2, context=256, memory_gib=1),
-                  log=lambda m: None)
+def thinker(thinking_runner) -> Runner:
+    return thinking_runner
 
 
 def test_a_reply_cut_inside_its_thinking_goes_on_thinking(thinker):
