@@ -1,4 +1,5 @@
-"""One tab = one conversation: history view, system prompt, composer, and the reply in flight.
+"""One tab = one conversation: history view, system prompt (and its presets), the conversation's
+own sampling, composer (and the files attached to the message), and the reply in flight.
 
 The conversation file is written before a request is sent (the user's words are never lost),
 every couple of seconds while a reply streams (marked interrupted until it finishes, so a crash
@@ -8,127 +9,38 @@ replies stream go through the Saver's thread, so an fsync never stalls the windo
 Editing a user message keeps the old turn, on screen (faded) and on disk, until the edited one
 is sent; Esc or Cancel gives the composer its draft back and changes nothing. Once sent, the old
 message and what followed stay in the conversation's tree, as does a regenerated reply; ‹ › on
-a message switches between them (app/branches.py).
+a message switches between them (app/branches.py). A reply cut short (stopped, or at its max
+tokens) has Continue: the same message goes on (app/reply.py).
 """
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
-import secrets
-import time
+from pathlib import Path
 
-from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QHBoxLayout, QVBoxLayout, QWidget
 
-from engine import EngineInfo, Finished, LanechatError, SamplingParams
+from engine import EngineInfo, EngineSettings, LanechatError, SamplingParams
 
-from . import branches, search, theme
+from . import attachments, branches, context_meter, search, theme
+from .attachments import Attachment
 from .chat_view import ChatView, centered
-from .composer import Composer
+from .composer import Composer, dropped_files
 from .context_meter import ContextMeter
 from .conversation import Conversation, Message, title_from
-from .engine_bridge import EngineBridge, Ticket
+from .conversation_settings import SamplingPanel
+from .engine_bridge import EngineBridge
 from .engine_picker import EnginePicker
 from .engines import EngineChoices, TabEngine
 from .message_view import MessageWidget
+from .prompt_presets import Preset
+from .reply import ERROR, IDLE, WAITING, Reply, can_continue, reply_sampling
 from .saver import Saver
 from .store import ConversationStore
+from .system_prompt import SystemPrompt
 from .thinking_view import ThinkingToggle
-from .wrap_guard import WrapGuard
-
-STREAM_SAVE_PERIOD_S = 2.0
-
-# Tab states, shown as the tab's icon.
-IDLE, WAITING, GENERATING, ERROR = "idle", "waiting", "generating", "error"
-
-
-def reply_sampling(defaults: SamplingParams) -> SamplingParams:
-    """Seed 0 means a fresh seed for every reply, so Regenerate gives another answer; any other
-    seed is kept, and the engine then repeats a reply exactly."""
-    if defaults.seed:
-        return defaults
-    return dataclasses.replace(defaults, seed=secrets.randbits(31) or 1)
-
-
-class Reply:
-    """The RequestSink of one assistant reply: events for an older reply can never touch a newer."""
-
-    def __init__(self, tab: "ChatTab", message: Message, widget: MessageWidget) -> None:
-        self.tab, self.message, self.widget = tab, message, widget
-        self.ticket: Ticket | None = None
-        self._t0: float | None = None
-        self._sent = time.monotonic()
-        self._saved_at = time.monotonic()
-        self.live_tps = 0.0  # decode rate so far, for the total across tabs
-
-    def on_queued(self, ahead: int, reason: str) -> None:
-        reason = reason[:1].upper() + reason[1:]
-        self.widget.set_status(f"{reason} ({ahead} ahead)…" if ahead else f"{reason}…")
-        self.tab.set_state(WAITING)
-
-    def on_started(self, prompt_tokens: int, reused: int = 0) -> None:
-        info = self.tab.bridge.info
-        if info is not None:
-            self.tab.conversation.model = info.model_name
-        self._t0 = time.monotonic()
-        self.message.prompt_tokens = prompt_tokens or None
-        # A remote engine says how long the prompt was only at the end.
-        if reused:
-            self.widget.set_status(f"Resumed from snapshot ({reused} tokens); reading "
-                                   f"{prompt_tokens - reused} new…")
-        elif prompt_tokens:
-            self.widget.set_status(f"Reading the conversation (recomputing {prompt_tokens} tokens)…")
-        else:
-            self.widget.set_status("Reading the conversation…")
-        self.tab.set_state(GENERATING)
-
-    def on_reasoning(self, text: str, tokens: int) -> None:
-        self._first_output()
-        self.message.reasoning += text
-        self.message.reasoning_tokens = tokens
-        self.widget.append_reasoning(text, tokens)
-        self._progress(max(tokens, self.message.tokens or 0))
-
-    def on_text(self, text: str, tokens: int) -> None:
-        self._first_output()
-        self.message.text += text
-        self.message.tokens = tokens
-        self.widget.append(text)
-        self._progress(tokens)
-
-    def _first_output(self) -> None:
-        if not self.message.text and not self.message.reasoning:
-            self.widget.set_status("")
-            self._t0 = time.monotonic()  # tok/s counts decoding, not reading the prompt
-            self.message.ttft = round(self._t0 - self._sent, 3)
-
-    def _progress(self, tokens: int) -> None:
-        elapsed = time.monotonic() - (self._t0 or time.monotonic())
-        self.live_tps = tokens / elapsed if elapsed > 0.2 else 0.0
-        self.widget.update_meta(live_tps=self.live_tps)
-        if time.monotonic() - self._saved_at > STREAM_SAVE_PERIOD_S:
-            self._saved_at = time.monotonic()
-            self.tab.save(background=True)
-
-    def on_finished(self, event: Finished) -> None:
-        m = self.message
-        m.text, m.tokens = event.text, event.tokens  # the engine's whole reply: what streamed, joined
-        m.reasoning, m.reasoning_tokens = event.reasoning, event.reasoning_tokens
-        m.tok_s = round(event.decode_tps, 2) if event.decode_tps else m.tok_s
-        m.accepted = round(event.accepted_length, 2) if event.accepted_length else None
-        m.prompt_tokens = event.prompt_tokens or m.prompt_tokens
-        m.interrupted = event.reason in ("cancelled", "shutdown")
-        self.tab.end_reply(self, length_limit=event.reason == "length")
-
-    def on_failed(self, message: str, too_long: bool = False) -> None:
-        if too_long:
-            message = self.tab.fit_context(self, message)
-            if message is None:
-                return
-        self.message.interrupted = True
-        self.message.error = message
-        self.tab.end_reply(self)
 
 
 class ChatTab(QWidget):
@@ -152,24 +64,20 @@ class ChatTab(QWidget):
         self.reply: Reply | None = None
         self._editing: int | None = None  # index of the user message being edited
         self._stashed_draft = ""  # the composer's draft from before the edit
+        self._stashed_files: list[Attachment] = []  # ... and the files attached to it
+        self.setAcceptDrops(True)  # a text or code file dropped on the conversation is attached
 
-        self.system_toggle = QToolButton(checkable=True, objectName="messageAction",
-                                         toolTip="How the assistant should behave in this conversation")
-        self.system_edit = QPlainTextEdit(
-            placeholderText="System prompt for this conversation, e.g. “Answer briefly, in English.”")
-        WrapGuard(self.system_edit)
-        self.system_edit.setPlainText(conversation.system_prompt)
-        self.system_edit.setTabChangesFocus(True)
-        self.system_edit.setFixedHeight(self.system_edit.fontMetrics().lineSpacing() * 3 + 16)
-        self.system_edit.setVisible(bool(conversation.system_prompt))
-        self.system_toggle.setChecked(bool(conversation.system_prompt))
-        self.system_toggle.toggled.connect(self._toggle_system)
-        self.system_edit.textChanged.connect(self._system_changed)
+        self.system = SystemPrompt(conversation, self)
+        self.system_toggle, self.system_edit = self.system.toggle, self.system.edit
+        self.system.presets.picked.connect(self._preset_picked)
+        self.sampling_panel = SamplingPanel()
+        self.sampling_panel.changed.connect(self._sampling_chosen)
         inner = QWidget()
         bl = QVBoxLayout(inner)
         bl.setContentsMargins(0, 4, 0, 6)
         row = QHBoxLayout()
         row.addWidget(self.system_toggle)
+        row.addWidget(self.sampling_panel.toggle)
         self.meter = ContextMeter()
         self.meter.at_limit_changed.connect(self._at_limit_chosen)
         row.addWidget(self.meter)
@@ -184,7 +92,13 @@ class ChatTab(QWidget):
             self.engine_picker.add_requested.connect(self.add_remote_requested)
             row.addWidget(self.engine_picker)
         bl.addLayout(row)
-        bl.addWidget(self.system_edit)
+        panels, prompt = QHBoxLayout(), QVBoxLayout()
+        prompt.addWidget(self.system_edit)
+        prompt.addWidget(self.system.presets, 0, Qt.AlignmentFlag.AlignLeft)
+        prompt.addStretch()
+        panels.addLayout(prompt, 1)
+        panels.addWidget(self.sampling_panel, 0, Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        bl.addLayout(panels)
         bar = centered(inner, "systemPromptBar")
 
         self.view = ChatView()
@@ -193,8 +107,11 @@ class ChatTab(QWidget):
         self.view.regenerate_requested.connect(self.regenerate)
         self.view.branch_requested.connect(self.switch_branch)
         self.view.fork_requested.connect(self.fork)
+        self.view.continue_requested.connect(self.continue_reply)
         self.composer = Composer()
         self.composer.set_text(conversation.draft)
+        self.composer.set_attachments(conversation.draft_attachments)
+        self.composer.read_file = self._read_file
         self.composer.send_requested.connect(self.send)
         self.composer.stop_requested.connect(self.stop)
         self.composer.edit_cancelled.connect(self.cancel_edit)
@@ -205,11 +122,13 @@ class ChatTab(QWidget):
         layout.addWidget(self.view, 1)
         layout.addWidget(self.composer)
         self.setFocusProxy(self.composer.edit)
-        self._update_system_toggle()
         self.view.set_messages(conversation.messages)
         self._update_actions()
-        (engines.local if engines is not None else bridge).state_changed.connect(self.update_meter)
+        local = engines.local if engines is not None else bridge
+        local.state_changed.connect(self.update_meter)
+        local.state_changed.connect(self._update_sampling)
         self.update_meter()
+        self._update_sampling()
         if engines is not None:
             engines.local.state_changed.connect(self.update_thinking_toggle)
         self.update_thinking_toggle()
@@ -229,14 +148,16 @@ class ChatTab(QWidget):
     # --- conversation actions ------------------------------------------------------------------
 
     def send(self, text: str) -> None:
-        if self.generating or not text.strip():
+        files = self.composer.attachments
+        if self.generating or not (text.strip() or files):
             return
         conv = self.conversation
+        self.composer.set_attachments([])
         if self._editing is not None:
-            self._replace_edited(text)
+            self._replace_edited(text, files)
         else:
             had_title = bool(conv.title)
-            conv.add(Message("user", text))
+            conv.add(Message("user", text, attachments=files))
             if not had_title:
                 self.title_changed.emit(self.title)
         self.view.add(conv.messages[-1])
@@ -275,13 +196,14 @@ class ChatTab(QWidget):
         if self._editing is not None:
             self._undim()
         if self._editing is None:
-            self._stashed_draft = self.composer.text()
+            self._stashed_draft, self._stashed_files = self.composer.text(), self.composer.attachments
         self._editing = idx
         for i in range(idx, len(msgs)):
             widget = self.view.widget_for(i)
             if widget is not None:
                 widget.set_dimmed(True)
         self.composer.start_edit(msgs[idx].text)
+        self.composer.set_attachments(msgs[idx].attachments)
         self.composer.edit.setFocus()
         self._update_actions()
 
@@ -291,7 +213,8 @@ class ChatTab(QWidget):
         self._undim()
         self._editing = None
         self.composer.end_edit(self._stashed_draft)
-        self._stashed_draft = ""
+        self.composer.set_attachments(self._stashed_files)
+        self._stashed_draft, self._stashed_files = "", []
         self._update_actions()
 
     def escape(self) -> None:
@@ -315,11 +238,26 @@ class ChatTab(QWidget):
         self.bridge = self.engines.get(engine_id)
         self.conversation.engine = self.engines.id_of(self.bridge)
         self.update_meter()
+        self._update_sampling()
         self.update_thinking_toggle()
         if self.engine_picker is not None:
             self.engine_picker.show_engine(self.conversation.engine)
         self.save()
         self.engine_changed.emit()
+
+    def continue_reply(self, message: Message | None = None) -> None:
+        """Go on writing the last reply (`message`, if given, must be it) where it stopped: at its
+        max tokens, or stopped or interrupted; the new text joins the same message."""
+        msgs = self.conversation.messages
+        m = msgs[-1] if msgs else None
+        if (self.generating or self.editing or m is None or (message is not None and message is not m)
+                or not can_continue(m)):
+            return
+        widget = self.view.widget_for(len(msgs) - 1)
+        if widget is None:
+            return
+        m.interrupted, m.error, m.finish_reason = True, None, None  # until it ends, as a new reply is
+        self._start(Reply(self, m, widget, continuing=True), self.conversation.engine_messages(m.left_out))
 
     def switch_branch(self, message: Message, step: int) -> None:
         """Show the previous (-1) or next (+1) alternative of `message` and what follows it."""
@@ -361,7 +299,7 @@ class ChatTab(QWidget):
 
     # --- the reply in flight ------------------------------------------------------------------
 
-    def _replace_edited(self, text: str) -> None:
+    def _replace_edited(self, text: str, files: list[Attachment]) -> None:
         """The edited message replaces the old one and what followed it; a title made from the old
         words follows the new ones (a title the user gave stays)."""
         conv, idx = self.conversation, self._editing
@@ -371,35 +309,45 @@ class ChatTab(QWidget):
         self._undim()
         self._editing = None
         self._stashed_draft, draft = "", self._stashed_draft
+        self._stashed_files, draft_files = [], self._stashed_files
         branches.set_aside(conv, idx)
         self.view.remove_from(idx)
-        conv.add(Message("user", text))
+        conv.add(Message("user", text, attachments=files))
         self.composer.end_edit(draft)
+        self.composer.set_attachments(draft_files)
         if idx == first_user and conv.title == title_from(old.text) and title_from(text) != conv.title:
             conv.title = title_from(text)
             self.title_changed.emit(self.title)
 
     def _generate(self) -> None:
+        history = self.conversation.engine_messages()
+        message = self.conversation.add(Message("assistant", "", interrupted=True))
+        self._start(Reply(self, message, self.view.add(message)), history)
+
+    def _start(self, reply: Reply, history: list[dict[str, str]]) -> None:
         conv = self.conversation
-        history = conv.engine_messages()
         if self.bridge.settings is not None:
             conv.settings = self.bridge.settings.to_dict()
-        message = conv.add(Message("assistant", "", interrupted=True))
         conv.touch()
         self.save()  # before generation: the user's message is on disk whatever happens next
-        widget = self.view.add(message)
-        widget.show_streaming()
+        reply.widget.show_streaming()
         self.view.scroll_to_end()
-        self.reply = reply = Reply(self, message, widget)
+        self.reply = reply
         self.composer.set_generating(True)
         self._update_actions()
         self._submit(reply, history)
 
+    def sampling(self) -> SamplingParams:
+        """What the next reply samples with: the engine's defaults, this conversation's own values over them."""
+        settings = self.bridge.settings
+        return self.conversation.sampling_for(settings.sampling if settings is not None else SamplingParams())
+
     def _submit(self, reply: Reply, history: list[dict[str, str]]) -> None:
-        sampling = reply_sampling(self.bridge.settings.sampling) if self.bridge.settings is not None else None
+        sampling = reply_sampling(self.sampling()) if self.bridge.settings is not None else None
         try:
             reply.ticket = self.bridge.submit(history, sampling, reply, thinking=self.conversation.thinking,
-                                              snapshot=self.store.snapshot_base(self.conversation.id))
+                                              snapshot=self.store.snapshot_base(self.conversation.id),
+                                              continue_final_message=reply.continuing)
         except LanechatError as e:
             reply.on_failed(str(e))
             return
@@ -411,25 +359,18 @@ class ChatTab(QWidget):
         chosen, send it again without the oldest turn left (the reply then says how many messages
         were left out) and return None; else, or with only the last question left, the refusal
         to show, with what the user can do about it."""
-        conv, m = self.conversation, reply.message
-        path = conv.messages[:-1]  # the history before this reply
-        last_user = max((i for i, x in enumerate(path) if x.role == "user"), default=0)
-        start = next((i for i in range(m.left_out + 1, last_user + 1) if path[i].role == "user"), None)
-        if conv.at_limit != "drop" or start is None or reply is not self.reply:
-            hint = ("even the last message alone is too long; shorten it or raise the context in Settings"
-                    if conv.at_limit == "drop" else "choose “When full: drop oldest turns” above to continue")
-            return f"{refusal[:1].upper()}{refusal[1:]} ({hint})."
-        m.left_out = start
-        self._submit(reply, conv.engine_messages(start))
+        start = context_meter.drop_turn(self.conversation, reply.message.left_out)
+        if start is None or reply is not self.reply:
+            return context_meter.refused(self.conversation, refusal)
+        reply.message.left_out = start
+        self._submit(reply, self.conversation.engine_messages(start))
         return None
 
-    def end_reply(self, reply: Reply, length_limit: bool = False) -> None:
+    def end_reply(self, reply: Reply) -> None:
         if reply is not self.reply:
             return
         self.reply = None
         reply.widget.show_final()
-        if length_limit:
-            reply.widget.set_status("Stopped at the reply length limit (max tokens in Settings).")
         self.conversation.touch()
         self.save(background=True)
         self.composer.set_generating(False)
@@ -441,6 +382,24 @@ class ChatTab(QWidget):
         if state != self.state:
             self.state = state
             self.state_changed.emit(state)
+
+    # --- files as context ---------------------------------------------------------------------
+
+    def _read_file(self, path: Path) -> Attachment:
+        """A file for the message being written, if the conversation's context has room for it."""
+        room = context_meter.room_for_files(self.conversation, self._context(), self.sampling().max_tokens,
+                                            self.composer.attachments)
+        return attachments.read(path, room, self.bridge.count_tokens)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
+        if dropped_files(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt override
+        files = dropped_files(event.mimeData())
+        if files:
+            event.acceptProposedAction()
+            self.composer.attach_files(files)
 
     # --- persistence --------------------------------------------------------------------------
 
@@ -458,7 +417,9 @@ class ChatTab(QWidget):
         conv = self.conversation
         # While an edit is open, the composer holds the message being edited, not a draft.
         conv.draft = self._stashed_draft if self.editing else self.composer.text()
-        if conv.messages or conv.draft.strip() or conv.system_prompt.strip() or self.store.exists(conv.id):
+        conv.draft_attachments = list(self._stashed_files if self.editing else self.composer.attachments)
+        if (conv.messages or conv.draft.strip() or conv.draft_attachments or conv.system_prompt.strip()
+                or conv.sampling or self.store.exists(conv.id)):
             if background:
                 self.saver.later(conv.id, functools.partial(self.store.save, copy.deepcopy(conv)))
             else:
@@ -483,7 +444,7 @@ class ChatTab(QWidget):
         idle = not self.generating and not self.editing
         widget.set_actions(edit=idle and m.role == "user",
                            regenerate=idle and idx == len(msgs) - 1 and m.role == "assistant",
-                           fork=idle and bool(m.text))
+                           fork=idle and bool(m.text), go_on=idle and idx == len(msgs) - 1 and can_continue(m))
         options = branches.siblings(self.conversation, idx)
         widget.branch.show_place(options.index(m) + 1, len(options), enabled=idle)
 
@@ -491,10 +452,31 @@ class ChatTab(QWidget):
         for widget in self.view.widgets:
             widget.set_dimmed(False)
 
+    def _context(self) -> int | None:
+        """The context of the tab's engine: a remote one does not say, so only this computer's counts."""
+        info, settings = self.bridge.info, self.bridge.settings
+        if isinstance(info, EngineInfo):
+            return info.context
+        return settings.context if isinstance(settings, EngineSettings) else None
+
     def update_meter(self) -> None:
         info = self.bridge.info
-        # A remote engine does not say its context: the meter counts for this computer's only.
         self.meter.show_for(self.conversation, info.context if isinstance(info, EngineInfo) else None)
+
+    def _update_sampling(self) -> None:
+        settings = self.bridge.settings
+        self.sampling_panel.show_for(self.conversation.sampling, settings.sampling if settings is not None else None)
+
+    def _preset_picked(self, preset: Preset) -> None:
+        """A preset with sampling values gives them to this conversation, in place of its own."""
+        if preset.sampling:
+            self.conversation.sampling = dict(preset.sampling)
+            self._update_sampling()
+        self.save()
+
+    def _sampling_chosen(self, own: dict) -> None:
+        self.conversation.sampling = own
+        self.save()
 
     def _at_limit_chosen(self, choice: str) -> None:
         self.conversation.at_limit = choice
@@ -507,17 +489,3 @@ class ChatTab(QWidget):
     def _thinking_chosen(self, on: bool) -> None:
         self.conversation.thinking = on
         self.save()
-
-    def _toggle_system(self, on: bool) -> None:
-        self.system_edit.setVisible(on)
-        self._update_system_toggle()
-        if on:
-            self.system_edit.setFocus()
-
-    def _system_changed(self) -> None:
-        self.conversation.system_prompt = self.system_edit.toPlainText()
-        self._update_system_toggle()
-
-    def _update_system_toggle(self) -> None:
-        state = "set" if self.conversation.system_prompt.strip() else "none"
-        self.system_toggle.setText(f"System prompt: {state}  {'▴' if self.system_toggle.isChecked() else '▾'}")

@@ -40,6 +40,7 @@ class ChatView(QScrollArea):
     regenerate_requested = Signal()  # a reply's Regenerate / Retry button
     branch_requested = Signal(object, int)  # a message's ‹ › : the Message, -1 or +1
     fork_requested = Signal(object)  # a message's Fork button: the Message
+    continue_requested = Signal(object)  # a reply's Continue button: the Message
 
     def __init__(self, parent: QWidget | None = None) -> None:
         # While older messages appear above, the message the reader was looking at stays put.
@@ -134,6 +135,7 @@ class ChatView(QScrollArea):
         widget.edit_requested.connect(lambda: self.edit_requested.emit(widget.message))
         widget.regenerate_requested.connect(self.regenerate_requested)
         widget.fork_requested.connect(lambda: self.fork_requested.emit(widget.message))
+        widget.continue_requested.connect(lambda: self.continue_requested.emit(widget.message))
         widget.branch.step.connect(lambda step: self.branch_requested.emit(widget.message, step))
         if self.decorate is not None:
             self.decorate(widget)

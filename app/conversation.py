@@ -1,13 +1,17 @@
 """One conversation as data: messages, title, the settings it ran with; JSON and Markdown forms.
 
-File format (format_version 2), one JSON object:
+File format (format_version 3), one JSON object:
   format_version, id, title, created, updated (ISO 8601, UTC), model (name of the model of the
   last reply), settings (the EngineSettings dict of the last reply), engine (the id of the remote
   engine the tab uses, "" for this computer), system_prompt, draft (unsent composer text),
+  draft_attachments (files attached to the draft), sampling (this conversation's own sampling
+  values: any of temperature, top_p, top_k, seed, max_tokens; the rest follow the settings),
   messages: [{id, parent, role, text, time, tokens, tok_s, accepted, interrupted, error, ...}] (the branch shown),
   branches: [the same] (every other message of the tree), pinned, at_limit, snapshot.
-A reply also keeps prompt_tokens, ttft (seconds to its first token) and left_out (messages left
-out of its prompt to fit the context).
+A reply also keeps prompt_tokens, ttft (seconds to its first token), left_out (messages left
+out of its prompt to fit the context) and finish_reason (the engine's: "eos", "stop", "length",
+"cancelled", ...); a user message its attachments ([{name, text, tokens}], app/attachments.py).
+Version 2 had no sampling, attachments or finish_reason: its files read with none.
 The messages form a tree: each has an id (an int, unique in the file, newer ones larger) and its
 parent's id (null for a first message); regenerating or editing adds a sibling and keeps the old
 one in `branches` (see app/branches.py). Version 1 had no ids and no branches: its messages read
@@ -21,12 +25,20 @@ from __future__ import annotations
 import math
 import re
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
-FORMAT_VERSION = 2
+from engine import SamplingParams
+
+from .attachments import Attachment, with_files
+
+FORMAT_VERSION = 3
 ROLES = ("user", "assistant")
+OWN_SAMPLING = ("temperature", "top_p", "top_k", "seed", "max_tokens")  # what a conversation may set
+# ... and the range of each, as the settings dialog offers them: the engine takes all of these
+OWN_RANGES: dict[str, tuple[Any, Any]] = {"temperature": (0.0, 2.0), "top_p": (0.01, 1.0), "top_k": (0, 1000),
+                                          "seed": (0, 2**31 - 1), "max_tokens": (1, 1 << 20)}
 _TITLE_CHARS = 48
 
 
@@ -71,6 +83,8 @@ class Message:
     ttft: float | None = None  # seconds from sending to the first token
     left_out: int = 0  # earlier messages left out of the prompt to fit the context
     parent: int | None = None
+    attachments: list[Attachment] = field(default_factory=list)  # files sent with a user message
+    finish_reason: str | None = None  # why the engine ended the reply ("length": at max tokens)
 
     @classmethod
     def from_dict(cls, raw: Any) -> "Message":
@@ -91,7 +105,52 @@ class Message:
                    id=raw["id"] if _is_int(raw.get("id")) and 0 < raw["id"] < 1 << 53 else 0,
                    prompt_tokens=_count(raw.get("prompt_tokens")), left_out=_count(raw.get("left_out")) or 0,
                    ttft=float(raw["ttft"]) if _is_number(raw.get("ttft")) and 0 <= raw["ttft"] < 1e6 else None,
-                   parent=raw["parent"] if _is_int(raw.get("parent")) else None)
+                   parent=raw["parent"] if _is_int(raw.get("parent")) else None,
+                   attachments=attachments(raw.get("attachments")) if raw["role"] == "user" else [],
+                   finish_reason=raw["finish_reason"] if raw.get("finish_reason") in FINISH_REASONS else None)
+
+    def content(self) -> str:
+        """What the engine reads of it: a user message's files, then its words."""
+        return with_files(self.text, self.attachments) if self.attachments else self.text
+
+
+FINISH_REASONS = ("eos", "stop", "length", "cancelled", "shutdown")
+
+
+def attachments(raw: Any) -> list[Attachment]:
+    """The attachments of a JSON list; anything that is not one is dropped."""
+    found = [Attachment.from_dict(a) for a in raw] if isinstance(raw, list) else []
+    return [a for a in found if a is not None]
+
+
+def check_sampling(raw: Any) -> dict[str, Any]:
+    """Own sampling values as given (a preset's), or FormatError naming the first one that a
+    conversation cannot set: an unknown name, or a value outside the range its panel offers."""
+    if not isinstance(raw, dict):
+        raise FormatError(f"sampling must be an object of values, got {str(raw)[:40]}")
+    for name, value in raw.items():
+        if name not in OWN_RANGES:
+            raise FormatError(f"{str(name)[:40]!r} is no sampling value a conversation sets "
+                              f"(those are {', '.join(OWN_SAMPLING)})")
+        low, high = OWN_RANGES[name]
+        whole = isinstance(low, int)
+        if not (_is_int(value) if whole else _is_number(value)) or not low <= value <= high:
+            raise FormatError(f"{name} must be {'a whole number' if whole else 'a number'} from {low:,} to "
+                              f"{high:,}, got {str(value)[:40]}")
+    return {name: raw[name] for name in OWN_SAMPLING if name in raw}
+
+
+def own_sampling(raw: Any) -> dict[str, Any]:
+    """A conversation's own sampling values from its file: those check_sampling takes, others dropped."""
+    if not isinstance(raw, dict):
+        return {}
+    kept = {}
+    for name, value in raw.items():
+        try:
+            kept.update(check_sampling({name: value}))
+        except FormatError:
+            continue
+    return {name: kept[name] for name in OWN_SAMPLING if name in kept}
 
 
 def timestamp(value: Any) -> str:
@@ -139,6 +198,8 @@ class Conversation:
     branches: list[Message] = field(default_factory=list)
     pinned: bool = False  # listed above the others
     at_limit: str = "refuse"  # at the context's limit: "refuse", or "drop" the oldest turns
+    sampling: dict[str, Any] = field(default_factory=dict)  # own values of OWN_SAMPLING fields
+    draft_attachments: list[Attachment] = field(default_factory=list)
 
     def add(self, message: Message) -> Message:
         """Append `message` to the branch shown, as the child of its last message."""
@@ -146,8 +207,12 @@ class Conversation:
         message.parent = self.messages[-1].id if self.messages else None
         self.messages.append(message)
         if not self.title and message.role == "user":
-            self.title = title_from(message.text)
+            self.title = title_from(message.text or " ".join(a.name for a in message.attachments))
         return message
+
+    def sampling_for(self, defaults: SamplingParams) -> SamplingParams:
+        """The settings' sampling with this conversation's own values over it."""
+        return replace(defaults, **self.sampling)
 
     def touch(self) -> None:
         self.updated = now_iso()
@@ -160,7 +225,7 @@ class Conversation:
         # goes back too: the chat template keeps it (the current turn) or drops it (earlier ones).
         for m in self.messages[left_out:]:
             if m.role == "user" or m.text or m.reasoning:
-                out.append({"role": m.role, "content": m.text, **({"reasoning_content": m.reasoning}
+                out.append({"role": m.role, "content": m.content(), **({"reasoning_content": m.reasoning}
                                                                    if m.reasoning else {})})
         return out
 
@@ -192,6 +257,8 @@ class Conversation:
                    thinking=raw.get("thinking") if isinstance(raw.get("thinking"), bool) else None,
                    messages=path, branches=others, pinned=raw.get("pinned") is True,
                    at_limit="drop" if raw.get("at_limit") == "drop" else "refuse",
+                   sampling=own_sampling(raw.get("sampling")),
+                   draft_attachments=attachments(raw.get("draft_attachments")),
                    snapshot=snapshot if isinstance(snapshot, dict) else None)
 
     def to_markdown(self) -> str:
@@ -205,6 +272,8 @@ class Conversation:
             if m.interrupted:
                 head += " (interrupted)"
             parts += [head, ""]
+            if m.attachments:
+                parts += ["*Attached: " + ", ".join(f"`{a.name}`" for a in m.attachments) + "*", ""]
             if m.reasoning.strip():
                 parts += ["<details><summary>Thinking</summary>", "", m.reasoning.strip(), "", "</details>", ""]
             parts += [m.text.rstrip(), ""]

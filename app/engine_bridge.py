@@ -70,6 +70,7 @@ class Ticket:
     sampling: SamplingParams | None
     sink: RequestSink
     thinking: bool | None = None  # the chat template's enable_thinking (None: the model's default)
+    continue_final: bool = False  # the last message is a reply cut short, to go on with
     key: tuple[int, int] | None = None  # (engine generation, engine request id) once submitted
     tokens: int = 0  # the engine's count, as of the last Token event
     reasoning_tokens: int = 0  # of them, in the reply's thinking block
@@ -242,14 +243,16 @@ class EngineBridge(QObject):
     # --- requests --------------------------------------------------------------------------
 
     def submit(self, messages: list[dict[str, str]], sampling: SamplingParams | None,
-               sink: RequestSink, thinking: bool | None = None, snapshot: Path | None = None) -> Ticket:
+               sink: RequestSink, thinking: bool | None = None, snapshot: Path | None = None,
+               continue_final_message: bool = False) -> Ticket:
         """Send a chat; raises LanechatError (RequestError...) if the engine refuses it outright.
         An unloaded model is loaded again first (the reply says so, with the progress).
 
         `snapshot`: the conversation's snapshot path without its ending; the engine goes on from
         `<snapshot>.<model fingerprint>.kv` when it continues this chat, and writes it again after
-        the reply (off the GUI thread) while the settings' snapshot budget is above 0."""
-        ticket = Ticket(messages, sampling, sink, thinking, snapshot_base=snapshot)
+        the reply (off the GUI thread) while the settings' snapshot budget is above 0.
+        `continue_final_message`: the last message is a reply to go on with (Engine.submit)."""
+        ticket = Ticket(messages, sampling, sink, thinking, continue_final_message, snapshot_base=snapshot)
         self.last_active = time.monotonic()
         if self.state == "unloaded" and self.settings is not None:
             ticket.phase, ticket.reason = WAITING, "loading the model again (it was unloaded while idle)"
@@ -282,7 +285,8 @@ class EngineBridge(QObject):
         try:
             rid = self._engine.submit(ticket.messages, ticket.sampling, on_event=on_event, thinking=ticket.thinking,
                                       resume=ticket.snapshot if keep else None,
-                                      snapshot_at_end=keep and ticket.snapshot is not None)
+                                      snapshot_at_end=keep and ticket.snapshot is not None,
+                                      continue_final_message=ticket.continue_final)
         except LanechatError as e:
             ticket.done = True
             if not deliver_errors:
@@ -293,6 +297,11 @@ class EngineBridge(QObject):
         # _drain, which runs on this thread after we return.
         ticket.key, ticket.phase = (self._generation, rid), SENT
         self._tickets[ticket.key] = ticket
+
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens of a text as the loaded model reads it; None while no model is loaded."""
+        engine = self.engine
+        return len(engine.encode(text)) if engine is not None else None
 
     def cancel(self, ticket: Ticket) -> None:
         """Stop a request; its sink then gets on_finished(reason="cancelled") with the text so far."""

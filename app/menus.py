@@ -57,9 +57,13 @@ class Menus:
         add_action(m, "&Stop reply or cancel edit", lambda: w.on_tab(ChatTab.escape), "Esc")
         add_action(m, "&Regenerate last reply", lambda: w.on_tab(ChatTab.regenerate), "Ctrl+R")
         add_action(m, "&Edit last message", lambda: w.on_tab(ChatTab.edit_last), "Ctrl+E")
+        add_action(m, "Con&tinue last reply", lambda: w.on_tab(ChatTab.continue_reply), "Ctrl+Shift+Return")
         add_action(m, "Copy last &reply", w.copy_last_reply, "Ctrl+Shift+C")
+        add_action(m, "&Attach files…", lambda: w.on_tab(lambda tab: tab.composer.pick_files()), "Ctrl+U")
         m.addSeparator()
         add_action(m, "System &prompt", lambda: w.on_tab(lambda tab: tab.system_toggle.toggle()), "Ctrl+Shift+P")
+        add_action(m, "This conversation's own sa&mpling",
+                   lambda: w.on_tab(lambda tab: tab.sampling_panel.toggle.toggle()), "Ctrl+Shift+S")
         add_action(m, "Re&name tab", lambda: w.tabs.start_rename(w.tabs.currentIndex()), "F2")
         add_action(m, "&Focus message box", lambda: w.on_tab(lambda tab: tab.composer.edit.setFocus()), "Ctrl+L")
 

@@ -23,12 +23,15 @@ from PySide6.QtWidgets import (
 )
 
 from . import theme
+from .attachment_chips import ChipRow
 from .branch_switch import BranchSwitch
 from .code_highlight import highlight
 from .conversation import Message
 from .markdown import Block, BlockReader, split_blocks
 from .text_view import TextView
 from .thinking_view import ThinkingSection
+
+LENGTH_NOTE = "Stopped at the reply length limit (max tokens): Continue writes more."
 
 
 def _copy_button(text_source: Callable[[], str], tooltip: str) -> QToolButton:
@@ -99,6 +102,7 @@ class MessageWidget(QFrame):
     edit_requested = Signal()
     regenerate_requested = Signal()
     fork_requested = Signal()
+    continue_requested = Signal()
 
     def __init__(self, message: Message, parent: QWidget | None = None) -> None:
         user = message.role == "user"
@@ -112,13 +116,16 @@ class MessageWidget(QFrame):
                                        toolTip="Write this reply again (Ctrl+R)")
         self._fork = QToolButton(text="Fork", objectName="messageAction",
                                  toolTip="Continue the conversation up to here in a new tab")
+        self._continue = QToolButton(text="Continue", objectName="messageAction",
+                                     toolTip="Go on writing this reply where it stopped")
         self.branch = BranchSwitch()
-        for b in (self._edit, self._regenerate, self._fork):
+        for b in (self._edit, self._regenerate, self._fork, self._continue):
             b.setCursor(Qt.CursorShape.PointingHandCursor)
             b.hide()
         self._edit.clicked.connect(self.edit_requested)
         self._regenerate.clicked.connect(self.regenerate_requested)
         self._fork.clicked.connect(self.fork_requested)
+        self._continue.clicked.connect(self.continue_requested)
         header = QHBoxLayout()
         header.setSpacing(8)
         header.addWidget(self._role)
@@ -127,6 +134,7 @@ class MessageWidget(QFrame):
         header.addWidget(self._meta, 1)
         header.addWidget(self.branch)
         header.addWidget(self._edit)
+        header.addWidget(self._continue)
         header.addWidget(self._regenerate)
         header.addWidget(self._fork)
         self._copy = _copy_button(lambda: self.message.text, "Copy the whole message")
@@ -147,6 +155,9 @@ class MessageWidget(QFrame):
         layout.setSpacing(4)
         layout.addLayout(header)
         self._layout = layout
+        self.chips = ChipRow(removable=False)  # a user message's files
+        self.chips.set_attachments(message.attachments)
+        layout.addWidget(self.chips)
         layout.addLayout(self._body)
         layout.addWidget(self._status)  # under the text: why it stopped reads after what was said
         self.show_final()
@@ -209,7 +220,8 @@ class MessageWidget(QFrame):
         for view in self._views:
             _text_view(view).set_live(False)
         self._show_thinking()
-        self.set_status(self.message.error or "", error=bool(self.message.error))
+        m = self.message
+        self.set_status(m.error or (LENGTH_NOTE if m.finish_reason == "length" else ""), error=bool(m.error))
         self._copy.setVisible(bool(self.message.text))
         self.update_meta()
 
@@ -318,8 +330,11 @@ class MessageWidget(QFrame):
                 parts.append("interrupted")
         self._meta.setText("  ·  ".join(p for p in parts if p))
 
-    def set_actions(self, edit: bool = False, regenerate: bool = False, fork: bool = False) -> None:
+    def set_actions(self, edit: bool = False, regenerate: bool = False, fork: bool = False,
+                    go_on: bool = False) -> None:
+        """Which buttons show; `go_on`: Continue, for a reply cut short."""
         self._edit.setVisible(edit)
+        self._continue.setVisible(go_on)
         self._regenerate.setVisible(regenerate)
         self._fork.setVisible(fork)
         self._regenerate.setText("Retry" if self.message.error else "Regenerate")

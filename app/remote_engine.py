@@ -181,13 +181,19 @@ class RemoteEngine:
         return len(self._tasks)
 
     def submit(self, messages: list[dict[str, str]], sampling: SamplingParams | None, sink,
-               thinking: bool | None = None, snapshot: Path | None = None) -> Ticket:
-        """As EngineBridge.submit; `snapshot` has no use here (a remote server keeps its own state)."""
+               thinking: bool | None = None, snapshot: Path | None = None,
+               continue_final_message: bool = False) -> Ticket:
+        """As EngineBridge.submit; `snapshot` has no use here (a remote server keeps its own state).
+        A reply continued is sent as vLLM's continue_final_message (SGLang and Lanechat take it too)."""
         if not self.config.model:
             raise RemoteError(f"No model is chosen for {self.config.label}: pick one in Engines and server…")
-        ticket = Ticket(messages, sampling, sink, thinking)
+        ticket = Ticket(messages, sampling, sink, thinking, continue_final_message)
         self._tasks[ticket] = asyncio.ensure_future(self._run(ticket))
         return ticket
+
+    def count_tokens(self, text: str) -> int | None:
+        """A remote model's tokenizer is not here: None (the caller estimates)."""
+        return None
 
     def cancel(self, ticket: Ticket) -> None:
         """Stop a reply; its sink then gets on_finished(reason="cancelled") with the text so far."""
@@ -227,6 +233,8 @@ class RemoteEngine:
             body["ignore_eos"] = True
         if ticket.thinking is not None:
             body["chat_template_kwargs"] = {"enable_thinking": ticket.thinking}
+        if ticket.continue_final:
+            body.update(continue_final_message=True, add_generation_prompt=False)
         return body
 
     async def _run(self, ticket: Ticket) -> None:

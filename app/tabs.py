@@ -9,7 +9,8 @@ from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import QLineEdit, QTabBar, QTabWidget, QWidget
 
-from .chat_tab import ERROR, GENERATING, IDLE, WAITING, ChatTab
+from .chat_tab import ChatTab
+from .reply import ERROR, GENERATING, IDLE, WAITING
 
 _DOT_COLOURS = {WAITING: "#e8a317", GENERATING: "#2e7dd7", ERROR: "#c62828"}
 

@@ -187,6 +187,7 @@ def stylesheet(p: QPalette) -> str:
         QToolButton#thinkingHeader:focus {{ border: 1px solid {accent.name()}; }}
         QFrame#codeBlock {{ background: {code_bg.name()}; border: 1px solid {border.name()}; border-radius: 8px; }}
         QFrame#codeBlock QLabel#lang {{ color: {muted(p).name()}; }}
+        QFrame#chip {{ background: {code_bg.name()}; border: 1px solid {border.name()}; border-radius: 6px; }}
         QFrame#codeHeader {{ border: none; border-bottom: 1px solid {border.name()}; }}
         QFrame#composer {{ background: {base.name()}; border: 1px solid {border.name()}; border-radius: 10px; }}
         QFrame#composerFocused {{ background: {base.name()}; border: 2px solid {accent.name()}; border-radius: 10px; }}

@@ -12,8 +12,9 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
+from .continuation import continuation
 from .errors import ContextLengthError, DeviceLostError, LanechatError, RequestError, StartCancelledError
 from .events import Event, Failed, Finished
 from .fingerprint import fingerprint
@@ -153,14 +154,18 @@ class Runner:
     def sequence(self, rid: int, settings: EngineSettings, messages: list[dict] | None, sampling: SamplingParams | None,
                  on_event: Callable[[Event], None], prompt_ids: list[int] | None = None,
                  resume: Snapshot | None = None, snapshot_at_end: bool = False,
-                 thinking: bool | None = None) -> Sequence:
+                 thinking: bool | None = None, continue_final_message: bool = False,
+                 known: Iterable = ()) -> Sequence:
         """Tokenize and check a request before any work; RequestError when it cannot run.
         `thinking` is the chat template's enable_thinking (None: the template's default); a chat of
         a thinking model gets its reply split into reasoning and content.
 
         With `resume` alone the stream goes on from the snapshot's tokens; with `resume` and a
         prompt, from the snapshot's state if it covers a prefix of the prompt (only the rest is
-        computed), else from scratch."""
+        computed), else from scratch.
+
+        `continue_final_message`: the chat's last message is a reply to go on with (engine.continuation;
+        `known`: token lists of earlier streams, a snapshot's first, that may have written it)."""
         params = (sampling or settings.sampling).validate()
         if thinking is not None and not isinstance(thinking, bool):
             raise RequestError("thinking must be true, false or left out")
@@ -168,6 +173,8 @@ class Runner:
             raise RequestError(f"snapshot holds {resume.kv_dtype} KV, the engine runs {settings.kv_dtype}")
         think = None
         prompted = messages is not None or prompt_ids is not None
+        extra = {} if thinking is None else {"enable_thinking": thinking}
+        reply_start = None
         if resume is not None and not prompted:
             ids = list(resume.tokens)
             prompt_len = resume.prompt_len
@@ -177,8 +184,12 @@ class Runner:
                 raise RequestError("prompt ids must be a list of whole numbers")
             ids = list(prompt_ids)
             prompt_len = len(ids)
+        elif continue_final_message:
+            known = ([resume.tokens] if resume is not None else []) + list(known)
+            cont = continuation(self.tokenizer, check_messages(messages), settings.context, extra, known)
+            ids, reply_start, think = cont.ids, cont.reply_start, cont.think
+            prompt_len = len(ids)
         else:
-            extra = {} if thinking is None else {"enable_thinking": thinking}
             text, ids = self.tokenizer.chat_prompt(check_messages(messages), limit=settings.context, **extra)
             prompt_len = len(ids)
             if self.tokenizer.thinks:
@@ -193,7 +204,8 @@ class Runner:
         if resume is not None and prompted and not resume.continues(ids):
             resume = None  # an edit, a regenerate or another branch: recompute
         detok = self.tokenizer.stream()
-        primed = "".join(detok.push(t) for t in ids[prompt_len:])  # a resumed stream's text so far
+        # a resumed stream's text so far, or the reply a continuation goes on with
+        primed = "".join(detok.push(t) for t in ids[prompt_len if reply_start is None else reply_start:])
         if resume is not None and not prompted and self.tokenizer.thinks:
             # the prompt's end says whether the reply began inside a think block; its text so far says where it is
             think = Splitter(opens_inside(self.tokenizer.decode(ids[max(0, prompt_len - 64):prompt_len])))
@@ -279,7 +291,7 @@ class Engine:
     def submit(self, messages: list[dict] | None, sampling: SamplingParams | None = None,
                on_event: Callable[[Event], None] = lambda e: None, prompt_ids: list[int] | None = None,
                resume: Snapshot | Path | None = None, snapshot_at_end: bool = False,
-               thinking: bool | None = None) -> int:
+               thinking: bool | None = None, continue_final_message: bool = False) -> int:
         """Queue a request and return its id at once. The sampling settings are checked here (PlanError);
         the chat template, tokenizing and the prompt checks run on the engine thread, never the
         caller's, and a request they refuse ends with a Failed event saying why. `thinking`: the
@@ -287,12 +299,17 @@ class Engine:
 
         `resume`: a snapshot, or the path of a snapshot file, to go on from (see Runner.sequence);
         a file that does not fit this engine is logged, deleted and ignored (the prompt is then
-        computed). `Started.reused` says how many positions came from it."""
+        computed). `Started.reused` says how many positions came from it.
+
+        `continue_final_message`: the last message is an assistant reply cut short; the request
+        goes on with it (engine.continuation), from the snapshot's or the prompt cache's state of
+        the stream that wrote it when there is one, and its events carry only what follows."""
         if self.runner is None or not self._thread.is_alive():
             raise RequestError("the engine is not running" + (f": {self._error}" if self._error else ""))
         (sampling or self.settings.sampling).validate()
         rid = next(self._ids)
-        self._inbox.put(("add", rid, messages, sampling, on_event, prompt_ids, resume, snapshot_at_end, thinking))
+        self._inbox.put(("add", rid, messages, sampling, on_event, prompt_ids, resume, snapshot_at_end, thinking,
+                         continue_final_message))
         return rid
 
     def cancel(self, rid: int) -> None:
@@ -388,12 +405,13 @@ class Engine:
 
     def _add(self, sched: Scheduler, rid: int, messages: list[dict] | None, sampling: SamplingParams | None,
              on_event: Callable[[Event], None], prompt_ids: list[int] | None, resume: Snapshot | None,
-             snapshot_at_end: bool, thinking: bool | None) -> None:
+             snapshot_at_end: bool, thinking: bool | None, continue_final_message: bool) -> None:
         try:
             if isinstance(resume, Path):
                 resume = self._read_snapshot(resume, sched)
             seq = self.runner.sequence(rid, self.settings, messages, sampling, on_event, prompt_ids, resume,
-                                       snapshot_at_end, thinking)
+                                       snapshot_at_end, thinking, continue_final_message,
+                                       sched.prompt_cache.ends() if sched.prompt_cache is not None else ())
             sched.add(seq)
         except LanechatError as e:
             guarded(on_event)(Failed(rid, str(e), e))

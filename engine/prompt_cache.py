@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 import xxhash
@@ -62,6 +63,7 @@ class _Entry:
     tail: int | None = None
     cold: bool = True
     owned: list[int] = field(default_factory=list)  # the pages this entry holds a reference on
+    tokens: np.ndarray | None = None  # a stream end's ids, its last sampled token included
 
     @property
     def nbytes(self) -> int:
@@ -162,7 +164,14 @@ class PromptCache:
         if held is None:
             return
         tail = held[full] if n % self.P else None
-        self._put(("end", tokens_key(tokens[:n])), _Entry(held[:full], state, n, tail, False, owned=held))
+        self._put(("end", tokens_key(tokens[:n])), _Entry(held[:full], state, n, tail, False, owned=held,
+                                                           tokens=np.asarray(tokens, np.int32)))
+
+    def ends(self) -> Iterator[np.ndarray]:
+        """The token ids of the stream ends kept, newest first (a reply to continue may be one)."""
+        for (kind, _), e in reversed(self._entries.items()):
+            if kind == "end" and e.tokens is not None:
+                yield e.tokens
 
     # --- what a request takes -----------------------------------------------------------------
     def lookup(self, ids: list[int], stateful: bool) -> Hit | None:

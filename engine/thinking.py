@@ -81,6 +81,13 @@ class Splitter:
             self.tokens += 1
         return out
 
+    def after(self, text: str) -> "Splitter":
+        """Stand where a reply stands after `text`, all of it already delivered (what the end of
+        a reply releases included): a continuation of the reply then gives only what follows."""
+        self.feed(text)
+        self._buf = ""
+        return self
+
     def finish(self) -> tuple[str, str]:
         """The reply ended: whatever was held back, in the channel it was in."""
         rest, self._buf = self._buf, ""

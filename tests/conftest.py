@@ -49,6 +49,19 @@ def app_home(tmp_path, monkeypatch) -> _Path:
     return home
 
 
+@pytest.fixture(scope="module")
+def thinking_runner(tmp_path_factory):
+    """A Runner of a tiny random qwen3 whose chat template thinks (<think> blocks), numpy backend."""
+    from engine.engine import Runner
+    from engine.settings import EngineSettings
+
+    import ckpt
+    folder = tmp_path_factory.mktemp("think-model")
+    ckpt.write_hf(folder, ckpt.tiny_qwen3_config(), seed=2, chat_template=ckpt.THINK_TEMPLATE)
+    return Runner(EngineSettings(model=str(folder), backend="numpy", parallel=2, context=256, memory_gib=1),
+                  log=lambda m: None)
+
+
 @pytest.fixture(scope="session")
 def app_model(tmp_path_factory) -> str:
     """A model the numpy backend runs quickly: a tiny random llama, else the default model."""

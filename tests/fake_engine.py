@@ -64,6 +64,7 @@ class FakeEngine:
         self.info = info
         self.think = think
         self.thinking = {}  # request id → the thinking flag it was submitted with
+        self.requests = {}  # request id → its messages, sampling and continue_final flag
         self.start_cancelled = threading.Event()
         self.turn = threading.Condition()
         self.running = None  # with queue_first: the request generating now
@@ -88,11 +89,13 @@ class FakeEngine:
         self.saved.append((rid, path))
         done("no snapshot")  # a fake engine keeps no K/V
 
-    def submit(self, messages, sampling=None, on_event=None, thinking=None, resume=None, snapshot_at_end=False):
+    def submit(self, messages, sampling=None, on_event=None, thinking=None, resume=None, snapshot_at_end=False,
+               continue_final_message=False):
         if self.refuse:
             raise RequestError(self.refuse)
         self.next_id += 1
         rid = self.next_id
+        self.requests[rid] = dict(messages=messages, sampling=sampling, continue_final=continue_final_message)
         if self.queue_first:
             with self.turn:
                 self.waiting.append(rid)  # here, not on its thread: turns go in the order requests came
@@ -142,6 +145,9 @@ class FakeEngine:
 
     def cancel(self, rid):
         self.cancelled.add(rid)
+
+    def encode(self, text):
+        return text.split()  # a word a token
 
     def usage(self):
         return Usage(1, 10, 1, 0)

@@ -44,10 +44,19 @@ BASE2 = {
                  _v2(M[2], 5, 2), _v2(M[3], 6, 5, left_out=2)],
     "branches": [_v2({**M[2], "text": "Less"}, 3, 2), _v2({**M[1], "text": "Hello."}, 4, 3, tokens=2)],
 }
+# Format 3: the conversation's own sampling, files attached (sent and in the draft), finish reasons.
+BASE3 = {
+    **BASE2, "format_version": 3, "sampling": {"temperature": 0.2, "top_k": 5, "max_tokens": 64},
+    "draft_attachments": [{"name": "todo.md", "text": "- more\n", "tokens": 3}],
+    "messages": [{**BASE2["messages"][0], "attachments": [{"name": "a.py", "text": "x = 1\n", "tokens": 4}]},
+                 {**BASE2["messages"][1], "finish_reason": "length"}, *BASE2["messages"][2:]],
+}
 TOP_FOCUS = ["created", "updated", "title", "system_prompt", "draft", "settings", "snapshot", "format_version", "id",
-             "messages", "branches", "thinking", "pinned", "at_limit", "engine"]
+             "messages", "branches", "thinking", "pinned", "at_limit", "engine", "sampling", "draft_attachments"]
 MESSAGE_FOCUS = ["error", "tok_s", "time", "tokens", "interrupted", "reasoning", "reasoning_tokens", "id", "parent",
-                 "accepted", "ttft", "left_out", "prompt_tokens", "role", "text"]
+                 "accepted", "ttft", "left_out", "prompt_tokens", "role", "text", "attachments", "finish_reason"]
+FILE_FOCUS = [("messages", 0, "attachments", 0, k) for k in ("name", "text", "tokens")] + [
+    ("sampling", k) for k in ("temperature", "top_p", "top_k", "seed", "max_tokens")]
 DATES = ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "0001-01-01", "2025-13-45T99:99:99",
          "now", "", "2025-03-01T10:00:00+99:00", "1970-01-01T00:00:00", "+10000-01-01"]
 
@@ -76,9 +85,9 @@ def tree(rng: random.Random, conv: dict) -> str:
 
 def conversation(rng: random.Random) -> tuple[bytes, str]:
     """A conversation file's bytes after one mutation."""
-    conv = copy.deepcopy(BASE2 if rng.random() < 0.6 else BASE)
+    conv = copy.deepcopy(rng.choice([BASE3, BASE3, BASE2, BASE2, BASE]))
     r = rng.random()
-    if conv["format_version"] == 2 and r < 0.1:
+    if conv["format_version"] >= 2 and r < 0.1:
         what = tree(rng, conv)
     elif r < 0.15:
         key = rng.choice(["created", "updated"]) if rng.random() < 0.5 else None
@@ -95,7 +104,7 @@ def conversation(rng: random.Random) -> tuple[bytes, str]:
         what = "a 256 KB one-word system prompt"
     elif r < 0.75:
         msg_focus = [(where, i, k) for where in ("messages", "branches") for i in range(4) for k in MESSAGE_FOCUS]
-        what = ff.mutate_json_value(rng, conv, [(k,) for k in TOP_FOCUS] + msg_focus)
+        what = ff.mutate_json_value(rng, conv, [(k,) for k in TOP_FOCUS] + msg_focus + FILE_FOCUS)
     else:
         data, what = ff.mutate_json_text(rng, json.dumps(conv))
         return data, what

@@ -1,14 +1,22 @@
-"""Conversation data: titles, the history sent to the engine, JSON round trip, Markdown export."""
+"""Conversation data: titles, the history sent to the engine, JSON round trip, Markdown export,
+a conversation's own sampling, attached files, and files of the version before this one."""
 import json
 import math
+import shutil
 from dataclasses import asdict
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.attachments import Attachment
 from app.conversation import FORMAT_VERSION, Conversation, FormatError, Message, timestamp, title_from
+from app.store import ConversationStore
+from engine import SamplingParams
+
+V2 = Path(__file__).parent / "fixtures" / "conversations" / "v2.json"
 
 
 def test_title_is_the_first_line_cut_at_a_word():
@@ -66,7 +74,7 @@ def test_markdown_export():
 
 
 def test_seed_zero_draws_a_fresh_seed_for_every_reply():
-    from app.chat_tab import reply_sampling
+    from app.reply import reply_sampling
     from engine import SamplingParams
     seeds = {reply_sampling(SamplingParams(seed=0)).seed for _ in range(20)}
     assert len(seeds) > 15 and 0 not in seeds
@@ -90,10 +98,19 @@ GOOD2 = {**GOOD, "format_version": 2, "engine": "", "thinking": False, "pinned":
                       {**GOOD["messages"][1], "id": 3, "parent": 1, "reasoning": "r", "reasoning_tokens": 2,
                        "accepted": 2.5, "prompt_tokens": 9, "ttft": 0.25, "left_out": 0}],
          "branches": [{**GOOD["messages"][1], "id": 2, "parent": 1, "text": "older"}]}
+# Format 3: the conversation's own sampling, attached files (sent and in the draft), finish reasons
+GOOD3 = {**GOOD2, "format_version": 3, "sampling": {"temperature": 0.2, "max_tokens": 64},
+         "draft_attachments": [{"name": "next.md", "text": "# later\n", "tokens": 3}],
+         "messages": [{**GOOD2["messages"][0], "attachments": [{"name": "a.py", "text": "x = 1\n", "tokens": 4}]},
+                      {**GOOD2["messages"][1], "finish_reason": "length"}],
+         "branches": [{**GOOD2["branches"][0], "finish_reason": "stop"}]}
 MESSAGE_KEYS = ("role", "text", "time", "tokens", "tok_s", "interrupted", "error", "id", "parent", "reasoning",
-                "reasoning_tokens", "accepted", "prompt_tokens", "ttft", "left_out")
-FIELDS = [(k,) for k in GOOD2] + [(where, i, k) for where, n in (("messages", 2), ("branches", 1))
-                                  for i in range(n) for k in MESSAGE_KEYS]
+                "reasoning_tokens", "accepted", "prompt_tokens", "ttft", "left_out", "attachments", "finish_reason")
+FIELDS = [(k,) for k in GOOD3] + [(where, i, k) for where, n in (("messages", 2), ("branches", 1))
+                                  for i in range(n) for k in MESSAGE_KEYS] + [
+    ("sampling", k) for k in ("temperature", "top_p", "top_k", "seed", "max_tokens")] + [
+    (*where, 0, k) for where in (("messages", 0, "attachments"), ("draft_attachments",))
+    for k in ("name", "text", "tokens")]
 
 
 def put(raw, path: tuple, value) -> None:
@@ -103,7 +120,7 @@ def put(raw, path: tuple, value) -> None:
             raw = raw[k]
         else:
             return
-    if isinstance(raw, dict) or isinstance(raw, list) and path[-1] < len(raw):
+    if isinstance(raw, dict) or isinstance(raw, list) and isinstance(path[-1], int) and path[-1] < len(raw):
         raw[path[-1]] = value
 
 
@@ -116,7 +133,8 @@ def shown_everywhere(t: str) -> bool:
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.sampled_from([GOOD, GOOD2]), st.lists(st.tuples(st.sampled_from(FIELDS), ANY), min_size=1, max_size=4))
+@given(st.sampled_from([GOOD, GOOD2, GOOD3]),
+       st.lists(st.tuples(st.sampled_from(FIELDS), ANY), min_size=1, max_size=4))
 def test_a_loaded_conversation_has_typed_fields_or_is_refused(good, changes):
     raw = json.loads(json.dumps(good))
     for path, value in changes:
@@ -142,6 +160,14 @@ def test_a_loaded_conversation_has_typed_fields_or_is_refused(good, changes):
     assert all(type(i) is int and i > 0 for i in ids) and len(set(ids)) == len(ids)
     assert all(m.parent == (c.messages[i - 1].id if i else None) for i, m in enumerate(c.messages))
     assert all(m.parent is None or m.parent in ids for m in c.branches)  # every branch hangs in the tree
+    c.sampling_for(SamplingParams()).validate()  # whatever the file said, a reply can run with it
+    for a in c.draft_attachments + [a for m in c.messages + c.branches for a in m.attachments]:
+        assert type(a) is Attachment and isinstance(a.name, str) and isinstance(a.text, str)
+        assert a.tokens is None or (type(a.tokens) is int and a.tokens >= 0)
+    assert all(m.role == "user" or not m.attachments for m in c.messages + c.branches)
+    assert all(m.finish_reason in (None, "eos", "stop", "length", "cancelled", "shutdown")
+               for m in c.messages + c.branches)
+    assert all(isinstance(m["content"], str) for m in c.engine_messages())  # every message reads for the engine
 
 
 @pytest.mark.parametrize("field, value", [("error", 5), ("tok_s", "fast"), ("tok_s", float("inf")), ("tokens", -3),
@@ -200,3 +226,66 @@ def test_bad_reasoning_fields_are_dropped(field, value):
     assert m.reasoning == "" and m.reasoning_tokens is None
     raw["thinking"] = "yes"
     assert Conversation.from_dict(raw).thinking is None
+
+
+# --- format 3: own sampling, attached files; the files of format 2 ----------------------------------
+
+def test_own_sampling_files_and_the_finish_reason_round_trip():
+    c = Conversation(sampling={"temperature": 0.2, "seed": 7, "max_tokens": 64},
+                     draft_attachments=[Attachment("next.md", "# later\n", 3)])
+    c.add(Message("user", "Why does this fail?", attachments=[Attachment("main.py", "print(1\n", 5)]))
+    c.add(Message("assistant", "A bracket is missing", tokens=64, finish_reason="length"))
+    again = Conversation.from_dict(json.loads(json.dumps(c.to_dict())))
+    assert again == c and again.messages[1].finish_reason == "length"
+    sp = again.sampling_for(SamplingParams(temperature=0.7, top_k=40, max_tokens=1024))
+    assert (sp.temperature, sp.top_k, sp.seed, sp.max_tokens) == (0.2, 40, 7, 64)
+    assert again.engine_messages()[0]["content"] == "File: main.py\n```py\nprint(1\n```\n\nWhy does this fail?"
+    assert "*Attached: `main.py`*" in again.to_markdown()
+
+
+def test_a_message_of_files_alone_is_named_after_them():
+    c = Conversation()
+    c.add(Message("user", "", attachments=[Attachment("notes.txt", "n")]))
+    assert c.title == "notes.txt" and c.engine_messages()[0]["content"] == "File: notes.txt\n```txt\nn\n```"
+
+
+@pytest.mark.parametrize("sampling, kept", [
+    ({"temperature": "hot", "top_p": 0, "top_k": 2.5, "seed": -1, "max_tokens": 0, "stop": ["x"]}, {}),
+    ({"temperature": 150, "top_k": True, "seed": 2**70, "max_tokens": 1 << 40}, {}),
+    ({"temperature": 0, "top_p": 1, "top_k": 0, "seed": 0, "max_tokens": 1}, None),
+    ("fast", {}),
+])
+def test_own_sampling_values_the_engine_would_refuse_are_dropped(sampling, kept):
+    c = Conversation.from_dict({**GOOD3, "sampling": sampling})
+    assert c.sampling == (sampling if kept is None else kept)
+
+
+def test_bad_attachments_are_dropped_and_the_message_stays():
+    raw = json.loads(json.dumps(GOOD3))
+    raw["messages"][0]["attachments"] = [{"name": "a"}, "b", {"name": 1, "text": "t"},
+                                         {"name": "ok.txt", "text": "t", "tokens": -4}]
+    raw["messages"][1]["attachments"] = [{"name": "reply.txt", "text": "replies carry no files"}]
+    c = Conversation.from_dict(raw)
+    assert c.messages[0].attachments == [Attachment("ok.txt", "t", None)] and c.messages[1].attachments == []
+
+
+def test_a_version_2_file_written_by_the_previous_lanechat_loads_unchanged(tmp_path):
+    """tests/fixtures/conversations/v2.json was written by ConversationStore.save of format 2 (with
+    branches, thinking, the context's choices), before sampling, attachments and finish_reason."""
+    raw = json.loads(V2.read_text())
+    assert raw["format_version"] == 2 and raw["branches"]
+    shutil.copy(V2, tmp_path / V2.name)
+    store = ConversationStore(tmp_path)
+    c = store.load("v2")
+    fields = [f for f in raw if f not in ("format_version", "messages", "branches")]
+    assert {f: asdict(c)[f] for f in fields} == {f: raw[f] for f in fields}
+    assert [asdict(m) for m in c.messages] == [{**m, "attachments": [], "finish_reason": None}
+                                               for m in raw["messages"]]
+    assert [asdict(m) for m in c.branches] == [{**m, "attachments": [], "finish_reason": None}
+                                               for m in raw["branches"]]
+    assert c.sampling == {} and c.draft_attachments == []
+    assert c.sampling_for(SamplingParams(temperature=0.3)) == SamplingParams(temperature=0.3)
+    # Written back it is a file of the current version that reads the same.
+    store.save(c)
+    assert json.loads((tmp_path / "v2.json").read_text())["format_version"] == FORMAT_VERSION == 3
+    assert store.load("v2") == c

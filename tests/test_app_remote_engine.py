@@ -10,6 +10,7 @@ from app.connections import Connections, RemoteConfig, save_connections
 from app.main import create_window
 from app.remote_engine import RemoteEngine, RemoteError, list_models
 from engine import EngineSettings, SamplingParams
+from engine.synthetic import ByteTokenizer
 
 from served import TINY, Served
 
@@ -73,6 +74,18 @@ def test_a_remote_reply_streams_what_the_server_writes(qtbot, qasync_loop, serve
     assert sink.calls.count("text") >= 1 and sink.text == server_reply(server, 60)
     f = sink.finished
     assert f.reason == "length" and f.tokens == 60 and f.text == sink.text and f.prompt_tokens > 0 and f.decode_tps > 0
+
+
+def test_a_reply_continued_goes_on_as_the_same_turn_on_the_server(qtbot, qasync_loop, server):
+    """Sent as continue_final_message: the server reads the reply as the open assistant turn, so
+    its prompt is the first request's and the reply's tokens (not a new turn)."""
+    first = run(qtbot, remote(server, 6))
+    engine = remote(server, 5)
+    sink = Sink()
+    engine.submit(HELLO + [{"role": "assistant", "content": first.text}], None, sink, continue_final_message=True)
+    qtbot.waitUntil(lambda: sink.done, timeout=30000)
+    assert sink.failed is None and sink.finished.tokens == 5
+    assert sink.finished.prompt_tokens == first.finished.prompt_tokens + len(ByteTokenizer(272).encode(first.text))
 
 
 def test_stop_cancels_the_request_on_the_server(qtbot, qasync_loop, server):

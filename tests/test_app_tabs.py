@@ -2,9 +2,10 @@
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QTabBar, QToolButton
 
-from app.chat_tab import GENERATING, ChatTab
+from app.chat_tab import ChatTab
 from app.conversation import Conversation
 from app.engine_bridge import EngineBridge
+from app.reply import GENERATING
 from app.store import ConversationStore
 from app.tabs import ConversationTabs
 

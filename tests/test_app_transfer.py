@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from app.conversation import Conversation, FormatError, Message
+from app.attachments import Attachment
+from app.conversation import FORMAT_VERSION, Conversation, FormatError, Message
 from app.transfer import JSON, MARKDOWN, export_bytes, export_path, kind_of, parse_import, read_import, write_export
 
 
@@ -18,11 +19,13 @@ def _conv(title: str, *texts: str, system: str = "") -> Conversation:
 def test_json_round_trip_of_one_and_of_all(tmp_path):
     a = _conv("Alpha", "Hi", "Hello **there**", system="Be brief.")
     a.messages[1].reasoning = "thinking about it"
+    a.messages[0].attachments = [Attachment("notes.md", "# notes\n", 3)]  # format 3: files, own sampling
+    a.messages[1].finish_reason, a.sampling = "length", {"temperature": 0.3, "max_tokens": 99}
     b = _conv("Beta", "Ünïcödé \ud800 and a lone surrogate", "ok")
     write_export([a], tmp_path / "one.json")
     assert read_import(tmp_path / "one.json") == [a]
     write_export([a, b], tmp_path / "all.json", several=True)
-    assert json.loads((tmp_path / "all.json").read_text())[0]["format_version"] == 2
+    assert json.loads((tmp_path / "all.json").read_text())[0]["format_version"] == FORMAT_VERSION
     assert read_import(tmp_path / "all.json") == [a, b]
     write_export([b], tmp_path / "all-of-one.json", several=True)  # an export of all that holds one
     assert read_import(tmp_path / "all-of-one.json") == [b]

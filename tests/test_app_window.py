@@ -8,9 +8,9 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.app_settings import load_settings, save_settings
-from app.chat_tab import WAITING
 from app.conversation import FORMAT_VERSION
 from app.main import create_window
+from app.reply import WAITING
 from engine import EngineSettings, SamplingParams
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from engine import Engine, EngineSettings
 from engine.server import EngineSlot, OpenAIServer, ServerThread
+from engine.synthetic import ByteTokenizer
 
 from served import TINY, Served
 
@@ -133,6 +134,18 @@ def test_stop_strings_cut_the_reply_in_a_reply_and_in_a_stream(server):
     assert r.choices[0].message.content == cut and r.choices[0].finish_reason == "stop"
     text, chunks = streamed(c, server.model, 60, stop=stop, extra_body=LONG)
     assert text == cut and chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_continue_final_message_goes_on_with_the_reply(server):
+    """vLLM's continue_final_message: the reply's text follows the prompt as the same assistant turn
+    (no state kept here: it is read again) and only the new text comes back."""
+    c = client(server)
+    first = chat(c, server.model, 5, extra_body=LONG)
+    reply = first.choices[0].message.content
+    more = chat(c, server.model, 4, messages=HELLO + [{"role": "assistant", "content": reply}],
+                extra_body={**LONG, "continue_final_message": True, "add_generation_prompt": False})
+    assert more.choices[0].finish_reason == "length" and more.usage.completion_tokens == 4
+    assert more.usage.prompt_tokens == first.usage.prompt_tokens + len(ByteTokenizer(272).encode(reply))
 
 
 def test_completions_take_text_or_token_ids_and_stream(server):

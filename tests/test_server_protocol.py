@@ -34,6 +34,20 @@ def test_roles_content_parts_and_extensions():
     assert job.stream and job.include_usage and job.model == "m"
 
 
+def test_continue_final_message_needs_the_reply_last_and_no_generation_prompt():
+    said = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hel"}]
+    job = parse_chat({"messages": said, "continue_final_message": True, "add_generation_prompt": False}, DEFAULTS, 64)
+    assert job.continue_final and job.messages[-1] == {"role": "assistant", "content": "Hel"}
+    assert not parse_chat({"messages": said}, DEFAULTS, 64).continue_final
+    for body, param in [({"messages": said, "continue_final_message": True}, "add_generation_prompt"),
+                        ({"messages": said[:1], "continue_final_message": True, "add_generation_prompt": False},
+                         "messages"),
+                        ({"messages": said, "continue_final_message": "yes"}, "continue_final_message")]:
+        with pytest.raises(ApiError) as e:
+            parse_chat(body, DEFAULTS, 64)
+        assert e.value.status == 400 and e.value.param == param
+
+
 def test_completion_prompts():
     assert parse_completion({"prompt": "x"}, DEFAULTS, 64).prompt == "x"
     assert parse_completion({"prompt": ["x"]}, DEFAULTS, 64).prompt == "x"

@@ -98,11 +98,8 @@ def test_reasoning_of_earlier_turns_is_the_templates_to_keep(tmp_path: Path) -> 
 # --- the engine -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def runner(tmp_path_factory) -> Runner:
-    folder = tmp_path_factory.mktemp("think-model")
-    ckpt.write_hf(folder, ckpt.tiny_qwen3_config(), seed=2, chat_template=ckpt.THINK_TEMPLATE)
-    return Runner(EngineSettings(model=str(folder), backend="numpy", parallel=2, context=256, memory_gib=1),
-                  log=lambda m: None)
+def runner(thinking_runner) -> Runner:
+    return thinking_runner
 
 
 def run(runner: Runner, thinking: bool | None, tokens: int = 12) -> tuple[list[Token], Finished]:

@@ -178,7 +178,7 @@ class OpenAIServer:
         def submit() -> int:
             ids = job.prompt_ids if job.prompt is None else engine.encode(job.prompt)
             return engine.submit(job.messages, job.sampling, on_event=stream.push, prompt_ids=ids,
-                                 thinking=job.thinking)
+                                 thinking=job.thinking, continue_final_message=job.continue_final)
 
         def cancel_late(f: asyncio.Future) -> None:
             if f.exception() is None:

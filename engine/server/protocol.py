@@ -52,6 +52,7 @@ class Job:
     include_usage: bool = False
     messages: list[dict[str, str]] | None = None
     thinking: bool | None = None  # chat_template_kwargs.enable_thinking (None: the model's default)
+    continue_final: bool = False  # vLLM's continue_final_message: go on with the last (assistant) message
     prompt: str | None = None  # a completion's text, tokenized by the engine
     prompt_ids: list[int] | None = field(default=None, repr=False)
 
@@ -74,7 +75,22 @@ def parse_chat(body: Any, defaults: SamplingParams, context: int) -> Job:
     job = _common(body, defaults, context, "chat")
     job.messages = messages
     job.thinking = _thinking(body.get("chat_template_kwargs"))
+    job.continue_final = _continue_final(body, messages)
     return job
+
+
+def _continue_final(body: dict, messages: list[dict]) -> bool:
+    """vLLM's continue_final_message (with add_generation_prompt false): the reply goes on with the
+    last message, which must be the assistant's."""
+    go_on, prompt = body.get("continue_final_message", False), body.get("add_generation_prompt", True)
+    for name, value in (("continue_final_message", go_on), ("add_generation_prompt", prompt)):
+        if not isinstance(value, bool):
+            raise bad(f"{name} must be true or false", name)
+    if go_on and prompt:
+        raise bad("continue_final_message needs add_generation_prompt false", "add_generation_prompt")
+    if go_on and messages[-1]["role"] != "assistant":
+        raise bad("continue_final_message needs an assistant message last", "messages")
+    return go_on
 
 
 def _thinking(kwargs: Any) -> bool | None:
