@@ -211,21 +211,23 @@ class PromptCache:
     def take(self, lane: Lane, hit: Hit) -> bool:
         """Put a hit into a fresh lane: its pages (shared, or copied into a window), the tail page
         copied, the state written. False (nothing taken) when no page is free for the copy."""
-        tail = None
-        if hit.tail is not None and not lane.window:
-            tail = self.lanes.alloc()
-            if tail is None:
-                return False
         if lane.window:
             self.cache.copy_pages(hit.pages + ([hit.tail] if hit.tail is not None else []),
                                   lane.pages[: len(hit.pages) + (hit.tail is not None)])
         else:
-            for p in hit.pages:
+            # Held before the tail's page is allocated: that allocation may evict the hit's own entry.
+            pinned = hit.pages + ([hit.tail] if hit.tail is not None else [])
+            for p in pinned:
                 self.pool.share(p)
+            tail = self.lanes.alloc() if hit.tail is not None else None
+            if hit.tail is not None and tail is None:
+                self.pool.release(pinned)
+                return False
             lane.pages = list(hit.pages)
             if tail is not None:
                 self.cache.copy_pages([hit.tail], [tail])
                 lane.pages.append(tail)
+                self.pool.release([hit.tail])
         if hit.state is not None:
             self.cache.write(lane, hit.state)
         self.hits += 1

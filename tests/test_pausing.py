@@ -147,6 +147,17 @@ def test_prompt_readers_that_each_need_a_page_no_longer_hang():
     check("synthetic:tiny-llama", s, requests, seqs, sched)
 
 
+def test_a_hit_whose_tail_copy_evicts_its_own_entry_keeps_its_pages():
+    """A pool of 13 pages and a cache of one page: copying a stream end's tail page needs a page, and
+    the eviction that frees one dropped the very entry being taken (found by the property above)."""
+    s = EngineSettings(model="synthetic:tiny-llama", backend="numpy", parallel=3, context=256, paging="all",
+                       page_tokens=32, prefill_chunk=64, memory_gib=0.000103, prompt_cache_gib=3.05e-5)
+    requests = [(97, 1, 2), (65, 1, 3), (1, 1, 0), (224, 3, 1), (66, 1, 3)]
+    seqs, _, _, sched = drive("synthetic:tiny-llama", s, requests, families=1)
+    assert runner().plan(s).pool_pages == 13 and sched.prompt_cache.hits >= 1
+    check("synthetic:tiny-llama", s, requests, seqs, sched)
+
+
 def test_lane_zero_takes_its_reserve_back_by_pausing_a_borrower():
     """The borrowers run on lane 0's reserve while it is idle; a newcomer on lane 0 pauses them."""
     s = arm("synthetic:tiny-llama", "all", 16, "bf16", 256, 3, 16 + 8)
