@@ -42,6 +42,24 @@ def switch(conv: Conversation, index: int, target: Message) -> None:
     conv.branches = [m for m in conv.branches if id(m) not in shown]
 
 
+def reveal(conv: Conversation, target: Message) -> int | None:
+    """Show the branch through `target` (a message of any branch): switched at every turn where
+    it is not the one shown; its index then, or None when it is not in the tree."""
+    for _ in range(len(conv.messages) + len(conv.branches)):  # one turn switched per pass
+        shown = {m.id: i for i, m in enumerate(conv.messages)}
+        if target.id in shown and conv.messages[shown[target.id]] is target:
+            return shown[target.id]
+        by_id = {m.id: m for m in conv.branches}
+        node = target
+        while node.parent is not None and node.parent not in shown and node.parent in by_id:
+            node = by_id[node.parent]
+        index = 0 if node.parent is None else shown.get(node.parent, -2) + 1
+        if not 0 <= index < len(conv.messages) or all(m is not node for m in siblings(conv, index)):
+            return None
+        switch(conv, index, node)
+    return None
+
+
 def fork(conv: Conversation, index: int) -> Conversation:
     """A new conversation holding the branch shown up to messages[index] (its own copy, one branch)."""
     new = Conversation(title=f"{conv.title or 'Conversation'} (fork)", model=conv.model,

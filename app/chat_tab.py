@@ -34,6 +34,7 @@ from .conversation_settings import SamplingPanel
 from .engine_bridge import EngineBridge
 from .engine_picker import EnginePicker
 from .engines import EngineChoices, TabEngine
+from .flow_layout import FlowLayout
 from .message_view import MessageWidget
 from .prompt_presets import Preset
 from .reply import ERROR, IDLE, WAITING, Reply, can_continue, reply_sampling
@@ -75,7 +76,7 @@ class ChatTab(QWidget):
         inner = QWidget()
         bl = QVBoxLayout(inner)
         bl.setContentsMargins(0, 4, 0, 6)
-        row = QHBoxLayout()
+        row = FlowLayout()  # wraps where the column is narrow: the meter's words are never cut
         row.addWidget(self.system_toggle)
         row.addWidget(self.sampling_panel.toggle)
         self.meter = ContextMeter()
@@ -84,13 +85,12 @@ class ChatTab(QWidget):
         self.thinking_toggle = ThinkingToggle()
         self.thinking_toggle.changed.connect(self._thinking_chosen)
         row.addWidget(self.thinking_toggle)
-        row.addStretch()
         self.engine_picker: EnginePicker | None = None
         if engines is not None:
             self.engine_picker = EnginePicker(engines, engines.id_of(self.bridge))
             self.engine_picker.picked.connect(self.set_engine)
             self.engine_picker.add_requested.connect(self.add_remote_requested)
-            row.addWidget(self.engine_picker)
+            row.add_right(self.engine_picker)
         bl.addLayout(row)
         panels, prompt = QHBoxLayout(), QVBoxLayout()
         prompt.addWidget(self.system_edit)
@@ -279,7 +279,13 @@ class ChatTab(QWidget):
     def find(self, query: str) -> int:
         """Scroll to the newest message holding `query` and mark it there; how many marks."""
         hit = search.find(self.conversation, query)
-        widget = self.view.reveal(hit.index) if hit is not None and hit.index is not None else None
+        index = hit.index if hit is not None else None
+        if hit is not None and hit.hidden is not None and not self.generating:
+            index = branches.reveal(self.conversation, hit.hidden)  # the branch that holds it, shown
+            self.view.set_messages(self.conversation.messages)
+            self._update_actions()
+            self.save()
+        widget = self.view.reveal(index) if index is not None else None
         if widget is None:
             return 0
         return search.highlight(widget.text_views(), query, theme.find_color(self.palette()))

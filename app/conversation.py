@@ -32,6 +32,7 @@ from typing import Any
 from engine import SamplingParams
 
 from .attachments import Attachment, with_files
+from .markdown import closed
 
 FORMAT_VERSION = 3
 ROLES = ("user", "assistant")
@@ -276,7 +277,7 @@ class Conversation:
                 parts += ["*Attached: " + ", ".join(f"`{a.name}`" for a in m.attachments) + "*", ""]
             if m.reasoning.strip():
                 parts += ["<details><summary>Thinking</summary>", "", m.reasoning.strip(), "", "</details>", ""]
-            parts += [m.text.rstrip(), ""]
+            parts += [closed(m.text.rstrip()), ""]
         return "\n".join(parts)
 
 

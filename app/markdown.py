@@ -127,6 +127,17 @@ def split_blocks(markdown: str) -> list[Block]:
     return reader.finish()
 
 
+def closed(markdown: str) -> str:
+    """`markdown` with a code fence left open (a reply cut at its max tokens) closed, so what
+    follows it in a longer document is not read as code."""
+    reader = BlockReader()
+    reader.feed(markdown + "\n")
+    if reader._fence is None:
+        return markdown
+    char, length, indent, _ = reader._fence
+    return f"{markdown.rstrip()}\n{' ' * indent}{char * length}"
+
+
 def keep_line_breaks(markdown: str) -> str:
     """Single newlines inside a paragraph stay line breaks, as in chat apps (a poem keeps its
     lines); CommonMark would join them into one line. Structure (lists, tables, headings) stays."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QTextEdit
 
-from .conversation import Conversation
+from .conversation import Conversation, Message
 
 _AROUND = 24  # characters shown before a hit in the list
 
@@ -16,10 +16,12 @@ _AROUND = 24  # characters shown before a hit in the list
 class Hit:
     index: int | None  # the message that holds the query (the newest one); None: only the title does
     snippet: str  # the line the list shows under the title
+    hidden: Message | None = None  # where only another branch holds it: the message there
 
 
 def find(conv: Conversation, query: str) -> Hit | None:
-    """Where `query` (any case) appears in `conv`, or None. Messages are searched newest first."""
+    """Where `query` (any case) appears in `conv`, or None. Messages are searched newest first:
+    those of the branch shown, then the other branches' (regenerated replies, edited messages)."""
     q = query.strip().casefold()
     if not q:
         return None
@@ -28,6 +30,10 @@ def find(conv: Conversation, query: str) -> Hit | None:
         at = text.casefold().find(q)
         if at >= 0:
             return Hit(i, snippet(text, at))
+    for m in sorted(conv.branches, key=lambda m: m.id, reverse=True):
+        at = m.text.casefold().find(q)
+        if at >= 0:
+            return Hit(None, snippet(m.text, at), m)
     return Hit(None, "in the title") if q in conv.title.casefold() else None
 
 

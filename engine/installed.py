@@ -119,7 +119,9 @@ def listing(folder: Path | None = None, recent_limit: int = 8) -> list[Installed
     entries = [p for p in sorted(folder.iterdir()) if not p.name.startswith(".")
                and (p.is_dir() or p.suffix == ".gguf")]
     inside = sorted((describe_entry(p, used) for p in entries), key=lambda m: m.name.lower())
-    elsewhere = [p for p in recent(MAX_USED) if p != folder and folder not in p.parents][:recent_limit]
+    linked = {p.resolve() for p in entries}  # a link in the folder to a model elsewhere: listed once
+    elsewhere = [p for p in recent(MAX_USED)
+                 if p != folder and folder not in p.parents and p.resolve() not in linked][:recent_limit]
     return inside + [describe_entry(p, used, in_folder=False) for p in elsewhere]
 
 

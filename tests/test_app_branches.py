@@ -134,6 +134,15 @@ def test_a_long_branch_listed_child_first_loads_and_switches_whole():
     assert texts(c) == ["q", "a"] and len(c.branches) == n
 
 
+def test_reveal_shows_the_branch_through_any_message_of_the_tree():
+    c = tree()
+    a2 = next(m for m in c.branches if m.text == "a2")  # under q1, and not the newest reply there
+    assert branches.reveal(c, a2) == 3
+    assert texts(c) == ["q1", "a1", "q2", "a2"] and {m.text for m in c.branches} == {"a2'", "q1'", "a1'"}
+    assert branches.reveal(c, c.messages[1]) == 1 and texts(c)[-1] == "a2"  # shown already: nothing moves
+    assert branches.reveal(c, Message("user", "not in this tree")) is None and texts(c)[-1] == "a2"
+
+
 # --- in a tab ---------------------------------------------------------------------------------
 
 @pytest.fixture

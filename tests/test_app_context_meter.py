@@ -89,3 +89,20 @@ def test_each_reply_shows_its_first_token_time_and_tabs_together_their_total_rat
         m = tab.conversation.messages[-1]
         assert m.ttft is not None and m.ttft > 0 and f"first token {m.ttft:.2f} s" in tab.view.widgets[-1]._meta.text()
     qtbot.waitUntil(lambda: not window.throughput.isVisible(), timeout=3000)
+
+
+def test_the_meters_words_are_never_cut_at_the_default_window_width(qtbot, launch):  # noqa: F811
+    window = launch()
+    window.resize(1200, 800)
+    tab = window.current_tab()
+    tab.conversation.sampling = {"temperature": 0.2, "top_p": 0.5, "top_k": 7, "seed": 3, "max_tokens": 9}
+    tab.conversation.add(Message("user", "q"))
+    tab.conversation.add(Message("assistant", "a", tokens=40, prompt_tokens=420))
+    tab.update_meter()
+    tab._update_sampling()
+    tab.system_toggle.setText("System prompt: set (a long one) ▴")
+    label = tab.meter.label
+    assert label.text() == "Context 460 / 512 tokens · nearly full"
+    qtbot.waitUntil(lambda: label.width() >= label.sizeHint().width())
+    right = label.mapTo(tab, label.rect().topRight()).x()
+    assert right < tab.width() and tab.engine_picker.geometry().right() < tab.width()

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from app.attachments import Attachment
 from app.conversation import FORMAT_VERSION, Conversation, FormatError, Message, timestamp, title_from
+from app.markdown import split_blocks
 from app.store import ConversationStore
 from engine import SamplingParams
 
@@ -71,6 +72,17 @@ def test_markdown_export():
     assert md.startswith("# Hello\n")
     assert "> Be kind." in md and "## You\n\nHello" in md
     assert "## Assistant (interrupted)\n\n```py\nprint(1)\n```" in md
+
+
+def test_a_reply_cut_inside_code_is_closed_in_the_export_so_the_next_message_is_not_code():
+    c = Conversation()
+    c.add(Message("user", "Write code"))
+    c.add(Message("assistant", "Here:\n````python\ndef f():\n    return [1, 2"))
+    c.add(Message("user", "Thanks"))
+    md = c.to_markdown()
+    assert "    return [1, 2\n````\n\n## You\n\nThanks" in md
+    blocks = split_blocks(md)
+    assert [b.kind for b in blocks] == ["text", "code", "text"] and "Thanks" in blocks[-1].text
 
 
 def test_seed_zero_draws_a_fresh_seed_for_every_reply():

@@ -29,6 +29,17 @@ def test_find_takes_the_newest_message_then_the_title_in_any_case():
     assert snippet("short", 0) == "short"
 
 
+def test_find_reaches_the_other_branches_after_the_one_shown():
+    from app import branches
+    c = conv("Math", "add two numbers", "def add(a, b)", "now multiply", "def mul(a, b)")
+    branches.set_aside(c, 0)
+    c.add(Message("user", "subtract two numbers"))
+    c.add(Message("assistant", "def sub(a, b)"))
+    assert find(c, "def").index == 1 and find(c, "def").hidden is None  # the branch shown first
+    hit = find(c, "MULTIPLY")
+    assert hit.index is None and hit.hidden.text == "now multiply" and hit.snippet == "now multiply"
+
+
 def test_highlight_marks_every_occurrence_and_clears(qtbot):
     view = TextView()
     qtbot.addWidget(view)
@@ -80,6 +91,28 @@ def test_ctrl_k_searches_opens_and_marks_the_hit_in_an_old_message(qtbot, launch
     assert widget is not None and len(widget.text_views()[0].extraSelections()) == 1
     bar = tab.view.verticalScrollBar()
     qtbot.waitUntil(lambda: 0 < bar.maximum() and abs(widget.y() - bar.value() - 24) < 30, timeout=3000)
+
+
+def test_a_hit_in_another_branch_opens_with_that_branch_shown_and_marked(qtbot, launch, app_home):  # noqa: F811
+    from app import branches
+    window = launch(start_engine=False)
+    c = conv("Math", "add two numbers", "def add(a, b)", "now multiply", "def mul(a, b)")
+    branches.set_aside(c, 0)  # the first question edited: the multiply turn is on the old branch
+    c.add(Message("user", "subtract two numbers"))
+    c.add(Message("assistant", "def sub(a, b)"))
+    window.store.save(c)
+    window.history.set_conversations(window.store.load_all()[0], set())
+    qtbot.keyClicks(window.history.search, "multiply")
+    assert window.history.shown_ids() == [c.id]
+    qtbot.keyClick(window.history.search, Qt.Key.Key_Return)
+    tab = window.current_tab()
+    assert [m.text for m in tab.conversation.messages] == ["add two numbers", "def add(a, b)", "now multiply",
+                                                          "def mul(a, b)"]
+    widget = tab.view.widget_for(2)
+    assert widget is not None and len(widget.text_views()[0].extraSelections()) == 1
+    assert tab.view.widget_for(0).branch.label.text() == "1/2"  # the edited question is still ‹ 2 ›
+    tab.saver.flush()
+    assert json.loads(window.store.path(c.id).read_text())["messages"][2]["text"] == "now multiply"
 
 
 def test_pin_from_the_menu_is_saved(qtbot, launch, app_home):  # noqa: F811

@@ -75,6 +75,16 @@ def test_models_used_from_elsewhere_follow_the_folders_newest_first(models, tmp_
         installed.delete(lm_studio / "New-Q4_0.gguf")
 
 
+def test_a_model_linked_into_the_folder_is_listed_once(models, tmp_path):
+    elsewhere = tmp_path / "downloads"
+    elsewhere.mkdir()
+    ckpt_gguf.write_gguf(elsewhere / "Linked-Q8_0.gguf", ckpt.tiny_llama_config(), qtype="Q8_0")
+    (models / "Linked-Q8_0.gguf").symlink_to(elsewhere / "Linked-Q8_0.gguf")
+    installed.mark_used(elsewhere / "Linked-Q8_0.gguf", when=100.0)
+    listed = [m for m in installed.listing() if m.path.name == "Linked-Q8_0.gguf"]
+    assert len(listed) == 1 and listed[0].in_folder
+
+
 def test_delete_only_inside_the_models_folder(models, tmp_path):
     installed.mark_used(models / "tiny-hf")
     installed.delete(models / "tiny-hf")
