@@ -34,6 +34,7 @@ def test_a_thinking_reply_streams_into_a_closed_section_and_is_saved(qtbot, laun
     assert reply.reasoning and reply.text == "" and reply.reasoning_tokens == 12
     assert widget.thinking is not None and not widget.thinking.is_open
     assert widget.thinking.header.text() == "▸ Thinking  ·  12 tokens"
+    qtbot.waitUntil(widget.thinking.header.isVisible, timeout=5000)  # shown with the reply's last layout pass
     click(qtbot, widget.thinking.header)
     assert reply.reasoning.strip() in widget.thinking.view.text()
     saved = conv_file(app_home, tab)["messages"][-1]
