@@ -290,6 +290,11 @@ class ChatTab(QWidget):
             return 0
         return search.highlight(widget.text_views(), query, theme.find_color(self.palette()))
 
+    def clear_marks(self) -> None:
+        """Take the search's marks off every message shown."""
+        for widget in self.view.widgets:
+            search.highlight(widget.text_views(), "", theme.find_color(self.palette()))
+
     def fork(self, message: Message) -> None:
         """Open the conversation up to `message` in a new tab, as a conversation of its own."""
         idx = next((i for i, m in enumerate(self.conversation.messages) if m is message), None)

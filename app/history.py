@@ -105,6 +105,7 @@ class HistoryPanel(QWidget):
     new_requested = Signal()
     pin_requested = Signal(str, bool)
     search_opened = Signal(str, str)  # a conversation opened from the search, and the query
+    search_cleared = Signal()  # the search box emptied: the marks it left in the tabs go
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -222,6 +223,8 @@ class HistoryPanel(QWidget):
     def _filter(self) -> None:
         for i in range(self.list.count()):
             self._filter_item(self.list.item(i))
+        if not self.search.text().strip():
+            self.search_cleared.emit()
 
     def _filter_item(self, item: QListWidgetItem) -> None:
         query = self.search.text()

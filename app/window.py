@@ -69,6 +69,7 @@ class MainWindow(QMainWindow):
         self.history.new_requested.connect(self.new_tab)
         self.history.pin_requested.connect(self.pin_conversation)
         self.history.search_opened.connect(lambda _cid, query: self.on_tab(lambda tab: tab.find(query)))
+        self.history.search_cleared.connect(lambda: [tab.clear_marks() for tab in self.tabs.tabs()])
         self.notices = NoticeBar()
         right = QWidget()
         rl = QVBoxLayout(right)

@@ -91,6 +91,9 @@ def test_ctrl_k_searches_opens_and_marks_the_hit_in_an_old_message(qtbot, launch
     assert widget is not None and len(widget.text_views()[0].extraSelections()) == 1
     bar = tab.view.verticalScrollBar()
     qtbot.waitUntil(lambda: 0 < bar.maximum() and abs(widget.y() - bar.value() - 24) < 30, timeout=3000)
+    window.history.search.selectAll()  # the user empties the search box: the marks go with it
+    qtbot.keyClick(window.history.search, Qt.Key.Key_Delete)
+    assert window.history.search.text() == "" and widget.text_views()[0].extraSelections() == []
 
 
 def test_a_hit_in_another_branch_opens_with_that_branch_shown_and_marked(qtbot, launch, app_home):  # noqa: F811
