@@ -423,7 +423,7 @@ class Engine:
         if not path.is_file():
             return None
         try:
-            snap = snapshots.load(path, self.runner.fingerprint, self.settings.kv_dtype)
+            snap = snapshots.load(path, self.runner.fingerprint, self.settings.kv_dtype, self.runner.backend.landing())
             if (why := sched.cache.mismatch(snap.cache)) is not None:
                 raise snapshots.SnapshotError(f"{path.name}: {why}")
             return snap

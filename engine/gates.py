@@ -154,7 +154,7 @@ def follow_ups(runner: Runner, s: EngineSettings, sched, prompts: list[list[int]
             snap = sched.snapshots.pop(first.id)
             path = Path(tmp) / f"{i}.kv"
             snapshots.save(path, snap, runner.fingerprint, s.page_tokens)
-            disk = snapshots.load(path, runner.fingerprint, s.kv_dtype)
+            disk = snapshots.load(path, runner.fingerprint, s.kv_dtype, runner.backend.landing())  # as the app
             ids = first.tokens + follow
             out[("follow", i)] = sha(go([ids], greedy, resume=snap)[0].tokens)
             out[("disk", i)] = sha(go([ids], greedy, resume=disk)[0].tokens)

@@ -307,8 +307,9 @@ class Scheduler:
                 self.prompt_cache.keep_end(seq.lane, seq.tokens, seq.computed, state)
             self.active.remove(seq)
             self.lanes.release(seq.lane)
-        elif seq.snapshot_at_end and seq.resume is not None:  # ended while paused
-            self.snapshots[seq.id] = seq.resume
+        elif seq.snapshot_at_end and seq.resume is not None:  # ended while paused (or before a restore)
+            r = seq.resume  # a file's restore may hold it on the device: the writer thread saves host arrays
+            self.snapshots[seq.id] = Snapshot(r.tokens, r.prompt_len, r.cache.on_host(self.b.to_host))
         now = time.perf_counter()
         prompt_s = (seq.t_first - seq.t_start) if seq.t_first else 0.0
         decode_s = now - seq.t_first if seq.t_first else 0.0

@@ -62,6 +62,44 @@ def test_a_snapshot_lands_bit_for_bit_in_another_lane(hybrid, kv):
             assert all(np.array_equal(g.view(np.uint8), w.view(np.uint8)) for g, w in zip(got, want))
 
 
+def test_a_snapshot_lands_in_a_lane_of_scattered_pages(hybrid):
+    """Pages taken in turns by two lanes (a fragmented pool): each lane is runs of consecutive
+    rows, the runs are exactly its rows, and a write touches no row of the other lane."""
+    sched = hybrid.scheduler(settings())
+    cache, lanes = sched.cache, sched.lanes
+    fill_random(cache, np.random.default_rng(3))
+    a, b, c = lanes.acquire(), lanes.acquire(), lanes.acquire()
+    assert lanes.ensure(a, 50)
+    for n in (16, 32, 33, 48):
+        assert lanes.ensure(b, n) and lanes.ensure(c, n)
+    assert lanes.ensure(b, 60) and lanes.ensure(c, 60)  # b and c take their 4 pages in turns
+    assert cache.runs(a, 50) == [(0, 0, 50)]  # pages 0-3: one run, its last page partial
+    runs = cache.runs(c, 50)
+    assert len(runs) == 4 and sum(size for _, _, size in runs) == 50
+    assert np.concatenate([np.arange(row, row + size) for _, row, size in runs]).tolist() == cache.rows(c, 50).tolist()
+    snap, neighbour = cache.read(a, 50), cache.read(b, 60)
+    cache.write(c, snap)
+    for moved, saved in ((cache.read(c, 50), snap), (cache.read(b, 60), neighbour)):
+        for got, want in zip(moved.kv + moved.state, saved.kv + saved.state):
+            assert all(np.array_equal(g.view(np.uint8), w.view(np.uint8)) for g, w in zip(got, want))
+
+
+def test_a_state_goes_to_the_host_array_by_array(hybrid):
+    """`on_host` (a restore may land its arrays on the device) keeps every array's bits and place."""
+    sched = hybrid.scheduler(settings())
+    fill_random(sched.cache, np.random.default_rng(2))
+    lane = sched.lanes.acquire()
+    assert sched.lanes.ensure(lane, 20)
+    snap = sched.cache.read(lane, 20)
+    moved = []
+    back = snap.on_host(lambda a: moved.append(a) or np.array(a))
+    assert len(moved) == sum(len(g) for g in snap.kv + snap.state + [snap.ring])
+    assert (back.n, back.kv_dtype) == (snap.n, snap.kv_dtype)
+    assert (len(back.kv), len(back.state)) == (len(snap.kv), len(snap.state))
+    for got, want in zip(back.kv + back.state, snap.kv + snap.state):
+        assert all(g is not w and np.array_equal(g, w) for g, w in zip(got, want))
+
+
 def test_a_snapshot_is_refused_where_it_does_not_fit(hybrid):
     sched = hybrid.scheduler(settings())
     lane = sched.lanes.acquire()

@@ -1,5 +1,6 @@
 """Snapshot files: a round trip is bit-exact, and every damaged, foreign or mismatched file is
 refused with a reason, never continued from; a failed write leaves the old file whole."""
+import os
 import subprocess
 import sys
 import threading
@@ -56,6 +57,86 @@ def test_a_round_trip_is_bit_exact(saved):
             assert x.dtype == y.dtype and np.array_equal(x.view(np.uint8), y.view(np.uint8))
 
 
+class Staged:
+    """A landing with small page-locked-like staging, as the GPU's: every tensor passes through
+    `SLOTS` buffers of `chunk_bytes` and reaches its destination only at `land`."""
+    chunk_bytes = 1000  # odd, so that chunks split tensors mid-row
+    grain_bytes = 64  # and grains split chunks
+    SLOTS = 2
+
+    def __init__(self):
+        self.staging = [np.zeros(self.chunk_bytes, np.uint8) for _ in range(self.SLOTS)]
+        self.slot, self.landed, self.finished = 0, 0, 0
+
+    def empty(self, shape, dtype):
+        a = np.empty(shape, dtype)
+        a.reshape(-1).view(np.uint8)[:] = 0x5A  # what a byte no copy reached would show
+        return a
+
+    def chunk(self, dest, offset, nbytes):
+        return memoryview(self.staging[self.slot])[:nbytes]
+
+    def land(self, dest, offset, buf):
+        dest.reshape(-1).view(np.uint8)[offset:offset + buf.nbytes] = np.frombuffer(buf, np.uint8)
+        self.slot = (self.slot + 1) % self.SLOTS
+        self.landed += buf.nbytes
+
+    def finish(self):
+        self.finished += 1
+
+
+@pytest.fixture(params=["host", "staged"])
+def landing(request):
+    return snapshots.HOST if request.param == "host" else Staged()
+
+
+def _same(back, snap):
+    assert back.tokens == snap.tokens and back.prompt_len == snap.prompt_len and back.cache.n == snap.cache.n
+    for a, b in zip(back.cache.kv + back.cache.state, snap.cache.kv + snap.cache.state):
+        for x, y in zip(a, b):
+            assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x.view(np.uint8), y.view(np.uint8))
+
+
+def test_every_landing_reads_the_file_bit_exactly_in_one_pass(saved, landing):
+    path, snap = saved
+    split = {}
+    back = snapshots.load(path, runner().fingerprint, "bf16", landing, split)
+    _same(back, snap)
+    assert set(split) == {"read", "check", "land"} and all(v >= 0 for v in split.values())
+    if isinstance(landing, Staged):
+        tokens = 4 * len(snap.tokens)  # the ids land on the host whatever the landing
+        assert landing.landed == snap.cache.nbytes == path.stat().st_size - tokens - _header_end(path)
+        assert landing.finished == 1
+
+
+def _header_end(path) -> int:
+    return 8 + int.from_bytes(path.read_bytes()[:8], "little")
+
+
+def test_a_file_cut_short_while_it_is_read_is_refused_and_its_copies_awaited(saved):
+    """The file checked whole at open and truncated before its bytes are read (another writer)."""
+    path, _ = saved
+
+    class Cutting(Staged):
+        def empty(self, shape, dtype):
+            os.truncate(path, _header_end(path) + 10)
+            return super().empty(shape, dtype)
+
+    cut = Cutting()
+    with pytest.raises(SnapshotError, match="truncated"):
+        snapshots.load(path, runner().fingerprint, "bf16", cut)
+    assert cut.finished == 1
+
+
+def test_a_tensor_of_a_dtype_no_snapshot_has_is_refused(saved):
+    path, _ = saved
+    header, data = ff.read_safetensors(path)
+    header["kv.0.0"]["dtype"] = "BF16"  # the same bytes, a type the file never holds
+    ff.write_safetensors(path, header, data)
+    with pytest.raises(SnapshotError, match="BF16"):
+        snapshots.load(path, runner().fingerprint, "bf16")
+
+
 def test_a_follow_up_computes_only_the_new_turn_and_equals_the_unpaused_stream(saved):
     path, snap = saved
     s = settings()
@@ -68,19 +149,21 @@ def test_a_follow_up_computes_only_the_new_turn_and_equals_the_unpaused_stream(s
     assert other.prompt_positions == len(PROMPT) - 3 + 10
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "header"])
-def test_damaged_files_are_refused(saved, damage):
+@pytest.mark.parametrize("damage", ["truncate", "flip", "header", "first"])
+def test_damaged_files_are_refused(saved, damage, landing):
     path, _ = saved
     raw = bytearray(path.read_bytes())
     if damage == "truncate":
         raw = raw[: len(raw) // 2]
     elif damage == "flip":
         raw[-100] ^= 0x10
+    elif damage == "first":  # the first data byte: the bytes of a tensor read before any other
+        raw[_header_end(path)] ^= 0x01
     else:
         raw[10] ^= 0xFF
     path.write_bytes(bytes(raw))
     with pytest.raises(SnapshotError):
-        snapshots.load(path, runner().fingerprint, "bf16")
+        snapshots.load(path, runner().fingerprint, "bf16", landing)
 
 
 def test_foreign_files_are_refused(saved, tmp_path):

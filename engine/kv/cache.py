@@ -25,7 +25,7 @@ docs/architecture.md has the contract.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import ml_dtypes
 import numpy as np
@@ -95,6 +95,13 @@ class LaneState:
     def nbytes(self) -> int:
         return sum(a.nbytes for group in self.kv + self.state + [self.ring] for a in group)
 
+    def on_host(self, to_host: Callable[[Any], np.ndarray]) -> LaneState:
+        """The same state with every array on the host (a restore may have landed them on the device)."""
+        def host(group: tuple) -> tuple[np.ndarray, ...]:
+            return tuple(to_host(a) for a in group)
+        return LaneState(self.n, self.kv_dtype, [host(g) for g in self.kv], [host(g) for g in self.state],
+                         host(self.ring))
+
 
 class Cache:
     """K/V pages and recurrent slots of every stream on one backend.
@@ -149,13 +156,30 @@ class Cache:
     def _kv_arrays(self) -> list[list]:
         return [self.k, self.v] + ([self.k_scale, self.v_scale] if self.dtype == "fp8" else [])
 
-    def rows(self, lane: Lane, n: int) -> np.ndarray:
-        """Flat rows of the lane's positions 0..n-1."""
+    def _holds(self, lane: Lane, n: int) -> None:
         if n > len(lane.pages) * self.page_tokens:
             raise ValueError(f"lane {lane.index} holds pages for {len(lane.pages) * self.page_tokens} positions, "
                              f"not {n}")
+
+    def rows(self, lane: Lane, n: int) -> np.ndarray:
+        """Flat rows of the lane's positions 0..n-1."""
+        self._holds(lane, n)
         table = np.asarray(lane.pages, np.int64)[None]
         return slots(np.broadcast_to(table, (n, table.shape[1])), np.arange(n), self.page_tokens)
+
+    def runs(self, lane: Lane, n: int) -> list[tuple[int, int, int]]:
+        """The lane's positions 0..n-1 as runs of consecutive flat rows, (first position, first row,
+        length): one slice copy per run instead of a row scatter (a fresh lane's pages are mostly
+        consecutive, a window's always)."""
+        self._holds(lane, n)
+        p, out = self.page_tokens, []
+        for j in range(-(-n // p)):
+            pos, row, size = j * p, lane.pages[j] * p, min(p, n - j * p)
+            if out and out[-1][1] + out[-1][2] == row:
+                out[-1] = (out[-1][0], out[-1][1], out[-1][2] + size)
+            else:
+                out.append((pos, row, size))
+        return out
 
     @property
     def nbytes(self) -> int:
@@ -271,14 +295,16 @@ class Cache:
         if len(snap.kv) != len(self.k) or len(snap.state) != len(self.state):
             raise ValueError(f"snapshot holds {len(snap.kv)} attention and {len(snap.state)} recurrent layers, "
                              f"the cache {len(self.k)} and {len(self.state)}")
-        rows = self.rows(lane, snap.n)
+        runs = self.runs(lane, snap.n)
         b = self._b
         for layer, arrays in enumerate(snap.kv):
             for g, a in zip(self._kv_arrays(), arrays):
-                g[layer].reshape(-1, *g[layer].shape[2:])[rows] = b.asarray(a)
+                flat, src = g[layer].reshape(-1, *g[layer].shape[2:]), b.asarray(a)
+                for pos, row, size in runs:
+                    flat[row:row + size] = src[pos:pos + size]
         for group, saved in zip(self.state, snap.state):
             for a, s in zip(group, saved):
-                a[lane.index] = b.asarray(np.asarray(s, np.float32))
+                a[lane.index] = b.asarray(s)  # float32: `mismatch` refuses any other
         if self.ring_len:
             self._write_ring(lane.index, snap.ring)
 
@@ -291,6 +317,6 @@ class Cache:
             return
         b = self._b
         for i, (k, v) in enumerate(zip(ring[0], ring[1])):
-            self.ring_k[i][lane] = b.asarray(np.asarray(k, np.float16))
-            self.ring_v[i][lane] = b.asarray(np.asarray(v, np.float16))
-        self.ring_pos[lane] = b.asarray(np.asarray(ring[2], np.int32))
+            self.ring_k[i][lane] = b.asarray(k)  # an assignment casts to the ring's dtype on either backend
+            self.ring_v[i][lane] = b.asarray(v)
+        self.ring_pos[lane] = b.asarray(ring[2])

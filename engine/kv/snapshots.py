@@ -7,14 +7,18 @@ an xxh3 checksum of every tensor's bytes. It is written to a temp file and renam
 or a kill leaves the old file whole. A file whose format, fingerprint, dtype or checksum does not
 match is refused (SnapshotError says why), and so is one whose arrays the engine's cache does not
 hold (`Cache.mismatch`, checked when the stream is queued): its conversation is recomputed,
-never continued from the wrong state.
+never continued from the wrong state. A load makes one pass over the file's bytes, each grain
+hashed as it is read into the backend's memory (`Landing`: the host arrays, or a GPU's staging).
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import xxhash
@@ -105,23 +109,77 @@ def save(path: Path, snap: Snapshot, fingerprint: str, page_tokens: int) -> int:
     return path.stat().st_size
 
 
-def load(path: Path, fingerprint: str, kv_dtype: str) -> Snapshot:
-    """The snapshot in `path`, checked against this engine; SnapshotError names what is wrong."""
+class Landing(Protocol):
+    """Where a snapshot's arrays land while its file is read: `chunk` gives the host buffer for
+    bytes [offset, offset + nbytes) of `dest` (the destination itself on the host, a reused
+    page-locked staging buffer for a device), `land` puts them there once they are read and
+    hashed in grains of `grain_bytes`, `finish` waits until everything landed."""
+    chunk_bytes: int
+    grain_bytes: int
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any: ...
+
+    def chunk(self, dest: Any, offset: int, nbytes: int) -> memoryview: ...
+
+    def land(self, dest: Any, offset: int, buf: memoryview) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+GRAIN = 4 << 20  # bytes read and then hashed while they are still in the CPU's caches
+
+
+class HostLanding:
+    """Arrays in host memory, each read straight into its own bytes."""
+    chunk_bytes = 1 << 62  # a whole tensor at once: there is no staging to keep small
+    grain_bytes = GRAIN
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        return np.empty(shape, dtype)
+
+    def chunk(self, dest: np.ndarray, offset: int, nbytes: int) -> memoryview:
+        return memoryview(dest.reshape(-1).view(np.uint8))[offset:offset + nbytes]
+
+    def land(self, dest: np.ndarray, offset: int, buf: memoryview) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+HOST = HostLanding()
+# safetensors dtypes a snapshot's arrays may have (raw K/V bits, fp8 scales, fp32 state, fp16 rings, ids)
+_DTYPES = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "U16": np.uint16, "I16": np.int16, "U32": np.uint32,
+           "I32": np.int32, "U64": np.uint64, "I64": np.int64, "F16": np.float16, "F32": np.float32,
+           "F64": np.float64}
+
+
+def load(path: Path, fingerprint: str, kv_dtype: str, landing: Landing = HOST,
+         split: dict[str, float] | None = None) -> Snapshot:
+    """The snapshot in `path`, checked against this engine; SnapshotError names what is wrong.
+
+    One pass over the bytes: each tensor is read in grains into where `landing` puts it, and each
+    grain is hashed as soon as it is read. `split`, when given, gets the seconds spent reading,
+    hashing and landing (`read`, `check`, `land`); the token ids always land on the host."""
+    spent = {"read": 0.0, "check": 0.0, "land": 0.0}
     try:
-        with safe_open(str(path), "numpy") as f:
+        with safe_open(str(path), "numpy") as f:  # validates the header: offsets, shapes, dtypes
             meta = f.metadata() or {}
-            if meta.get("format") != FORMAT or meta.get("version") != str(VERSION):
-                raise SnapshotError(f"{path.name}: not a Lanechat KV snapshot of format {VERSION}")
-            if meta.get("fingerprint") != fingerprint:
-                raise SnapshotError(f"{path.name}: taken with another model, engine version or backend")
-            if meta.get("kv_dtype") != kv_dtype:
-                raise SnapshotError(f"{path.name}: holds {meta.get('kv_dtype')} K/V, the engine runs {kv_dtype}")
-            tensors = {name: f.get_tensor(name) for name in f.keys()}
+        if meta.get("format") != FORMAT or meta.get("version") != str(VERSION):
+            raise SnapshotError(f"{path.name}: not a Lanechat KV snapshot of format {VERSION}")
+        if meta.get("fingerprint") != fingerprint:
+            raise SnapshotError(f"{path.name}: taken with another model, engine version or backend")
+        if meta.get("kv_dtype") != kv_dtype:
+            raise SnapshotError(f"{path.name}: holds {meta.get('kv_dtype')} K/V, the engine runs {kv_dtype}")
+        with open(path, "rb", buffering=0) as raw:
+            digest, tensors = _read(raw, path.name, landing, spent)
     except SnapshotError:
         raise
     except (SafetensorError, OSError, ValueError, KeyError, TypeError) as e:
         raise SnapshotError(f"{path.name}: unreadable ({type(e).__name__}: {e})") from None
-    if _checksum(tensors) != meta.get("checksum"):
+    if split is not None:
+        split.update(spent)
+    if digest != meta.get("checksum"):
         raise SnapshotError(f"{path.name}: checksum mismatch (the file is damaged)")
     try:
         n, kv_layers, state_layers = int(meta["n"]), int(meta["kv_layers"]), int(meta["state_layers"])
@@ -140,6 +198,47 @@ def load(path: Path, fingerprint: str, kv_dtype: str) -> Snapshot:
             or any(a.shape[0] != n for group in kv for a in group):
         raise SnapshotError(f"{path.name}: inconsistent header (tokens and rows disagree)")
     return Snapshot(tokens, prompt_len, LaneState(n, kv_dtype, kv, state, ring))
+
+
+def _read(raw, name: str, landing: Landing, spent: dict[str, float]) -> tuple[str, dict]:
+    """Every tensor of an open snapshot file landed, and the xxh3 of names and bytes in the order
+    `_checksum` takes them (by name)."""
+    size = int.from_bytes(raw.read(8), "little")
+    header = json.loads(raw.read(size))
+    header.pop("__metadata__", None)
+    h = xxhash.xxh3_64()
+    tensors = {}
+    try:
+        for tname in sorted(header):
+            info = header[tname]
+            if info["dtype"] not in _DTYPES:
+                raise SnapshotError(f"{name}: holds a tensor of dtype {info['dtype']}, which no snapshot has")
+            begin, end = info["data_offsets"]
+            where = HOST if tname == "tokens" else landing
+            dest = tensors[tname] = where.empty(tuple(info["shape"]), np.dtype(_DTYPES[info["dtype"]]))
+            raw.seek(8 + size + begin)
+            h.update(tname.encode())
+            for offset in range(0, end - begin, where.chunk_bytes):
+                t = time.perf_counter()
+                buf = where.chunk(dest, offset, min(where.chunk_bytes, end - begin - offset))
+                spent["land"] += time.perf_counter() - t
+                for i in range(0, len(buf), where.grain_bytes):
+                    grain = buf[i:i + where.grain_bytes]
+                    t = time.perf_counter()
+                    if raw.readinto(grain) != len(grain):  # a regular file reads short only at its end
+                        raise SnapshotError(f"{name}: truncated")
+                    t2 = time.perf_counter()
+                    h.update(grain)
+                    spent["read"] += t2 - t
+                    spent["check"] += time.perf_counter() - t2
+                t = time.perf_counter()
+                where.land(dest, offset, buf)
+                spent["land"] += time.perf_counter() - t
+    finally:  # also after an error: no copy may still read a staging buffer
+        t = time.perf_counter()
+        landing.finish()
+        spent["land"] += time.perf_counter() - t
+    return h.hexdigest(), tensors
 
 
 def _count(tensors: dict, prefix: str) -> int:

@@ -15,6 +15,7 @@ import numpy as np
 if TYPE_CHECKING:
     from ..config import ModelConfig
     from ..kv.cache import Cache
+    from ..kv.snapshots import Landing
     from ..rows import Rows
     from ..settings import EngineSettings, SamplingParams
     from ..weights import Tensor
@@ -48,6 +49,10 @@ class Backend(Protocol):
     def asarray(self, a: Any) -> Array: ...
 
     def to_host(self, a: Array) -> np.ndarray: ...
+
+    def landing(self) -> Landing:
+        """Where a snapshot file's arrays land as they are read (`kv.snapshots.load`): this
+        backend's memory, through whatever staging makes that one pass over the bytes."""
 
     def free_memory(self) -> int:
         """Bytes the device could still give (the default KV budget is a share of it)."""

@@ -47,6 +47,7 @@ import kernels.launch as K
 
 from . import cupy_graphs, cupy_weights
 from .cupy_drafters import DrafterOps
+from .cupy_landing import DeviceLanding
 from .cupy_lazy import Heads, Lazy, Normed, Residual, SiluMul, aligned_rows, unit_rows
 from .cupy_qwen3_5 import Qwen35Ops
 from .cupy_weights import QWeight
@@ -76,6 +77,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         self._uploads: list[tuple] = []
         self._pending_kv = None  # (cache, layer, k, v, tables, positions) of a deferred kv_write
         self.graphs = True  # decode steps replay captured graphs (False: every step eagerly)
+        self._landing: DeviceLanding | None = None
 
     def _use(self) -> None:
         """Make this backend's stream the current one (cheap when it already is)."""
@@ -109,6 +111,11 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         if isinstance(a, cupy.ndarray):
             return cupy.asnumpy(a, stream=self.stream)
         return np.asarray(a)
+
+    def landing(self) -> DeviceLanding:
+        if self._landing is None:  # its page-locked staging is made once and kept
+            self._landing = DeviceLanding(self)
+        return self._landing
 
     def free_memory(self) -> int:
         free, _total = cupy.cuda.runtime.memGetInfo()

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import DeviceLostError
 from ..kv.cache import F32, decode_kv, encode_kv, slots
+from ..kv.snapshots import HOST, HostLanding
 from ..memory import system_free_bytes
 from ..sampling import sample
 from ..weights import Tensor, dequantize
@@ -43,6 +44,9 @@ class NumpyBackend:
 
     def to_host(self, a) -> np.ndarray:
         return np.asarray(a)
+
+    def landing(self) -> HostLanding:
+        return HOST
 
     def free_memory(self) -> int:
         """Bytes the OS could still give us (the KV budget's default is a fraction of this)."""
