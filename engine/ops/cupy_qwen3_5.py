@@ -1,11 +1,12 @@
 """The Qwen3.5 / 3.6 part of the CuPy op set: Gated DeltaNet, gated RMSNorm and MoE, with the kernels
 of kernels/deltanet.cu and kernels/moe.cu. Numpy twins: the "Qwen3.5 / Qwen3.6" section of
 numpy_backend.NumpyBackend (same names, same arguments). Stacked expert weights are
-`cupy_weights.ExpertWeight`.
+`cupy_weights.QExperts` (qmv over rows grouped by expert) or `cupy_weights.ExpertWeight`.
 
 Differences from the numpy twins, all within rounding: a prompt chunk runs the delta rule in its
-recurrent form (one kernel, the state in registers) where numpy runs the chunked form; a prompt's
-MoE runs the decode kernels row by row (numpy groups rows by expert). Every row has the same
+recurrent form (one kernel, the state in registers) where numpy runs the chunked form; expert
+products accumulate in qmv's order, a prompt chunk's over K in one segment, decode rows' in
+qmv_split's segments (numpy sums a prompt's experts in expert order). Every row has the same
 arithmetic whatever the batch, as everywhere.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ except Exception as e:  # pragma: no cover - get_backend reports why first
 
 import kernels.launch_qwen3_5 as KQ
 
-from .cupy_weights import ExpertWeight
+from .cupy_weights import ExpertWeight, QExperts
 
 
 class Qwen35Ops:
@@ -139,12 +140,29 @@ class Qwen35Ops:
             return out
         experts = cupy.ascontiguousarray(experts, dtype=cupy.int32)
         weights = self._q_f32(weights)
+        if isinstance(gate_up, QExperts) and isinstance(down, QExperts) and I % 4 == 0:
+            return self._q_experts(x, ldx, gate_up, down, experts, weights, prompt, out)
         gu = cupy.empty((n * k, M1), cupy.float32)
         self._q_gemv(gate_up, experts, k, x, ldx, False, gu, n)
         act = cupy.empty((n * k, I), cupy.float32)
         KQ.moe_swiglu(gu, act, I, n * k)
         y = cupy.empty((n * k, H), cupy.float32)
         self._q_gemv(down, experts, k, act, I, True, y, n)
+        KQ.moe_combine(y, weights, k, out, H, n)
+        return out
+
+    @staticmethod
+    def _q_experts(x, ldx: int, gate_up, down, experts, weights, prompt: bool, out):
+        """Both expert products on qmv, SwiGLU folded into the down product's input."""
+        n, k = experts.shape
+        M1, H = gate_up.M, down.M
+        I = M1 // 2
+        gu = cupy.empty((n * k, M1), cupy.float32)
+        KQ.qmv_experts(gate_up.codes, gate_up.sb, gate_up.st, gate_up.bits, gate_up.group, M1, gate_up.K,
+                       gate_up.Mp, gate_up.E, experts, k, x, ldx, False, gu, split=not prompt)
+        y = cupy.empty((n * k, H), cupy.float32)
+        KQ.qmv_experts(down.codes, down.sb, down.st, down.bits, down.group, H, down.K, down.Mp, down.E, experts, k,
+                       gu, M1, True, y, xm=1, x2=gu[:, I:], ldx2=M1, split=not prompt)
         KQ.moe_combine(y, weights, k, out, H, n)
         return out
 
