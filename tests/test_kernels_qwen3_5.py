@@ -22,7 +22,7 @@ if OK:
     import cupy
 
     from engine.ops.cupy_backend import CupyBackend
-    from engine.ops.cupy_weights import QExperts, prepare_experts
+    from engine.ops.cupy_weights import ExpertWeight, QExperts, prepare_experts
 
     Backend = CupyBackend
 
@@ -157,7 +157,8 @@ def test_moe_route(gb, E, k):
 
 
 @pytest.mark.parametrize("fmt,E,H,I,k,n", [("f32", 8, 64, 32, 2, 9), ("q4", 8, 64, 32, 2, 9), ("q8", 8, 64, 32, 2, 9),
-                                             ("q4", 64, 96, 64, 8, 40), ("q8", 64, 96, 64, 8, 40)])
+                                             ("q4", 64, 96, 64, 8, 40), ("q8", 64, 96, 64, 8, 40),
+                                             ("q4+16", 16, 64, 32, 4, 12)])
 @pytest.mark.parametrize("prompt", [False, True])
 def test_moe_experts(gb, fmt, E, H, I, k, n, prompt):
     """Quantized experts run on qmv over rows grouped by expert (slots of 4 or 16; down's 96 rows pad
@@ -165,19 +166,20 @@ def test_moe_experts(gb, fmt, E, H, I, k, n, prompt):
     rng = np.random.default_rng(7)
     gu = rng.normal(0, H ** -.5, (E, 2 * I, H)).astype(np.float32)
     dn = rng.normal(0, I ** -.5, (E, H, I)).astype(np.float32)
-    if fmt != "f32":
-        bits = 4 if fmt == "q4" else 8
-        gu_w, dn_w = quantize(gu, bits, 32), quantize(dn, bits, 32)
+    if fmt != "f32":  # q4+16: down in groups of 16 (GGUF's Q6_K beside Q4_K), off qmv's layout
+        bits = 8 if fmt == "q8" else 4
+        gu_w, dn_w = quantize(gu, bits, 32), quantize(dn, bits, 16 if fmt == "q4+16" else 32)
         gu, dn = dequantize(gu_w), dequantize(dn_w)
         dgu, ddn = prepare_experts(gu_w), prepare_experts(dn_w)
-        assert isinstance(dgu, QExperts) and isinstance(ddn, QExperts)
+        assert isinstance(dgu, QExperts) and isinstance(ddn, ExpertWeight if fmt == "q4+16" else QExperts)
         assert np.array_equal(host(ddn.dequantize()), dn)
     else:
         dgu, ddn = prepare_experts(gu), prepare_experts(dn)
     x = rng.normal(size=(n, H)).astype(np.float32)
     idx, w = NB.moe_route(rng.normal(size=(n, E)).astype(np.float32), k)
-    if E > 8:
-        idx[:, 0] = 3  # every row shares one expert: a slot of many rows
+    if E > 8:  # every row shares expert 3 (a slot of many rows), each row's experts still distinct
+        idx[idx == 3] = idx[:, :1].repeat(k, 1)[idx == 3]
+        idx[:, 0] = 3
     ref = NB.moe_experts(x, gu, dn, idx, w, prompt)
 
     def run(rows):

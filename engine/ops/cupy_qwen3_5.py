@@ -122,7 +122,18 @@ class Qwen35Ops:
         return experts, weights
 
     @staticmethod
-    def _q_gemv(w, experts, k: int, x, ldx: int, xj: bool, y, n: int):
+    def _product(w, experts, x, ldx: int, xj: bool, y, prompt: bool, xm: int = 0, x2=None, ldx2: int = 0):
+        """y[rj] = f(x[rj // k or rj]) @ W_e^T for each (row, choice) rj; f by xm: 0 x, 1 silu(x)·x2.
+        Each product takes its weight's own kernel (a GGUF file mixes layouts: Q4_K gate_up, Q6_K down)."""
+        n, k = experts.shape
+        if isinstance(w, QExperts):
+            KQ.qmv_experts(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, w.Mp, w.E, experts, k, x, ldx, xj, y,
+                           xm=xm, x2=x2, ldx2=ldx2, split=not prompt)
+            return
+        if xm == 1:
+            act = cupy.empty((n * k, x2.shape[1]), cupy.float32)
+            KQ.moe_swiglu(x, act, x2.shape[1], n * k)
+            x, ldx = act, x2.shape[1]
         if isinstance(w, ExpertWeight):
             KQ.moe_gemv(w.bits, w.codes, w.scales, w.biases, w.st, experts, k, x, ldx, xj, y, w.M, w.K, w.group, n)
         else:
@@ -140,29 +151,15 @@ class Qwen35Ops:
             return out
         experts = cupy.ascontiguousarray(experts, dtype=cupy.int32)
         weights = self._q_f32(weights)
-        if isinstance(gate_up, QExperts) and isinstance(down, QExperts) and I % 4 == 0:
-            return self._q_experts(x, ldx, gate_up, down, experts, weights, prompt, out)
         gu = cupy.empty((n * k, M1), cupy.float32)
-        self._q_gemv(gate_up, experts, k, x, ldx, False, gu, n)
-        act = cupy.empty((n * k, I), cupy.float32)
-        KQ.moe_swiglu(gu, act, I, n * k)
+        self._product(gate_up, experts, x, ldx, False, gu, prompt)
         y = cupy.empty((n * k, H), cupy.float32)
-        self._q_gemv(down, experts, k, act, I, True, y, n)
-        KQ.moe_combine(y, weights, k, out, H, n)
-        return out
-
-    @staticmethod
-    def _q_experts(x, ldx: int, gate_up, down, experts, weights, prompt: bool, out):
-        """Both expert products on qmv, SwiGLU folded into the down product's input."""
-        n, k = experts.shape
-        M1, H = gate_up.M, down.M
-        I = M1 // 2
-        gu = cupy.empty((n * k, M1), cupy.float32)
-        KQ.qmv_experts(gate_up.codes, gate_up.sb, gate_up.st, gate_up.bits, gate_up.group, M1, gate_up.K,
-                       gate_up.Mp, gate_up.E, experts, k, x, ldx, False, gu, split=not prompt)
-        y = cupy.empty((n * k, H), cupy.float32)
-        KQ.qmv_experts(down.codes, down.sb, down.st, down.bits, down.group, H, down.K, down.Mp, down.E, experts, k,
-                       gu, M1, True, y, xm=1, x2=gu[:, I:], ldx2=M1, split=not prompt)
+        if isinstance(down, QExperts) and I % 4 != 0:  # qmv's x2 loads are 16-byte aligned
+            act = cupy.empty((n * k, I), cupy.float32)
+            KQ.moe_swiglu(gu, act, I, n * k)
+            self._product(down, experts, act, I, True, y, prompt)
+        else:  # SwiGLU folded into the down product's input (qmv) or a kernel of its own (moe_gemv)
+            self._product(down, experts, gu, M1, True, y, prompt, xm=1, x2=gu[:, I:], ldx2=M1)
         KQ.moe_combine(y, weights, k, out, H, n)
         return out
 
