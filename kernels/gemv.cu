@@ -82,14 +82,17 @@ struct QmvShape {
 // strides; only the rows a block has are staged (the others stay zero from the start).
 // part [z][P][R][Mp] and sspart [z][mblocks][P][R] hold segment partials (P > 1); counters
 // [z * mblocks] are zero between launches (the last block of a tile row resets its own).
-template <int BITS, int SUB, int NT, int XM, int SBT>
+// EX 1: stacked expert weights (ecodes / esb words apart); slice z takes slot z of `slots`
+// ([expert, count, R row ids]; moe_slots builds them): x row id / kx, y row id.
+template <int BITS, int SUB, int NT, int XM, int SBT, int EX>
 __global__ void __launch_bounds__(256, 2) qmv(const u32* __restrict__ codes, const u32* __restrict__ sb, int st_,
                                            const float* __restrict__ x, const float* __restrict__ x2, i64 ldx,
                                            i64 ldx2, const float* __restrict__ nw, float eps,
                                            float* __restrict__ hout, i64 ldh, float* __restrict__ y, i64 ldy,
                                            int nrows, int M, int Mp, int K, int Sp, int KS,
                                            float* __restrict__ part, float* __restrict__ sspart,
-                                           int* __restrict__ counters) {
+                                           int* __restrict__ counters, const int* __restrict__ slots, int kx,
+                                           i64 ecodes, i64 esb) {
   using Sh = QmvShape<BITS, SUB, NT>;
   constexpr int R = Sh::R, SR = Sh::SR, BATCH = Sh::BATCH, PITCH = Sh::PITCH, GPB = Sh::GPB, CW = Sh::CW;
   constexpr bool PK = NT == 0;
@@ -105,10 +108,21 @@ __global__ void __launch_bounds__(256, 2) qmv(const u32* __restrict__ codes, con
   __shared__ float sq_s[R * NB64];
   __shared__ float ss_s[R];
   __shared__ int last_s;
+  __shared__ int srow_s[EX ? R : 1];
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int mb = blockIdx.x, p = blockIdx.y, z = blockIdx.z, P = gridDim.y, MB = gridDim.x;
-  const int r0 = z * R, nr = min(nrows - r0, R);
+  int r0 = z * R, nr = min(nrows - r0, R);
+  if (EX) {  // this slice's expert and rows (an empty slot: the whole block leaves at once)
+    const int* sl = slots + (i64)z * (2 + R);
+    nr = sl[1];
+    if (nr == 0) return;
+    codes += sl[0] * ecodes;
+    sb += sl[0] * esb;
+    if (tid < nr) srow_s[tid] = sl[2 + tid];
+    r0 = 0;
+    __syncthreads();
+  }
   u32 magic = 0x43004300u;
   asm volatile("" : "+r"(magic));  // kept in a register for nib2m
   const int tiles = (M + 15) >> 4;
@@ -153,7 +167,7 @@ __global__ void __launch_bounds__(256, 2) qmv(const u32* __restrict__ codes, con
       float v[8];
       float sq = 0.0f;
       if (here && k < k1) {
-        const i64 row = r0 + r;
+        const i64 row = EX ? srow_s[r] / kx : r0 + r;
         ld8(v, x + row * ldx + k);
         if (XM == 1) {
           float u[8];
@@ -305,7 +319,7 @@ __global__ void __launch_bounds__(256, 2) qmv(const u32* __restrict__ codes, con
           if ((!PK || !(c & 1)) && m < M && n < nr) {
             float v = acc[nt][c];
             if (XM == 2) v = __fdiv_rn(v, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss_s[n], (float)K), eps)));
-            y[(i64)(r0 + n) * ldy + m] = v;
+            y[(i64)(EX ? srow_s[n] : r0 + n) * ldy + m] = v;
           }
         }
     }
@@ -338,7 +352,7 @@ __global__ void __launch_bounds__(256, 2) qmv(const u32* __restrict__ codes, con
       for (int q = 0; q < P; ++q) ss = __fadd_rn(ss, __ldcg(sspart + (((i64)z * MB + mb) * P + q) * R + n));
       v = __fdiv_rn(v, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)K), eps)));
     }
-    y[(i64)(r0 + n) * ldy + m] = v;
+    y[(i64)(EX ? srow_s[n] : r0 + n) * ldy + m] = v;
   }
   if (tid == 0) counters[(i64)z * MB + mb] = 0;
 }

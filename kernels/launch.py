@@ -48,6 +48,7 @@ QMV_GROUPS = (32, 64, 128)  # quantization group sizes qmv takes (whole 32-wide 
 QMV_TILES = (0, 1, 2, 4)  # 8-row n-tiles per block (0: up to 4 rows packed), picked by row count in qmv()
 QMV_SCALES = (0, 1, 2)  # scale types: fp16, bf16, fp32 pairs
 QMV_INPUTS = (0, 1, 2)  # xm: x, silu(x) * x2, rmsnorm(x [+ x2]) * nw
+QMV_EXPERT_TILES = (0, 2)  # expert products: up to 4 rows an expert packed, or 16
 _counters = {}
 
 
@@ -89,11 +90,11 @@ def qmv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, ldx: int, 
         counters = qmv_counters(slices * mblocks)
     else:
         part = sspart = counters = None
-    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d>" % (bits, group // 32, nt, xm, st))
+    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 0>" % (bits, group // 32, nt, xm, st))
     f((mblocks, P, slices), (256,),
       (codes, sb, i32(st), x, _ptr(x2), i64(ldx), i64(ldx2), _ptr(nw), f32(eps), _ptr(hout), i64(ldh), y,
        i64(y.shape[1]), i32(nrows), i32(M), i32(Mp), i32(K), i32(padded_subgroups(K)), i32(KS), _ptr(part),
-       _ptr(sspart), _ptr(counters)))
+       _ptr(sspart), _ptr(counters), NULL, i32(1), i64(0), i64(0)))
 
 
 def dense_gemv(W, M: int, K: int, x, x2, ldx: int, xm: int, y, nrows: int):
@@ -242,9 +243,12 @@ def attn_prompt(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
 def variants() -> list[tuple[str, str]]:
     """Every (file, kernel name) the launchers above can ask `function` for, from their own tables."""
     gemv = ["repack4", "repack8", "dense_gemv", "embed_dense", "fill_random_u32"]
-    gemv += ["qmv<%d, %d, %d, %d, %d>" % (bits, group // 32, nt, xm, st)
+    gemv += ["qmv<%d, %d, %d, %d, %d, 0>" % (bits, group // 32, nt, xm, st)
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_TILES for xm in QMV_INPUTS
              for st in QMV_SCALES]
+    gemv += ["qmv<%d, %d, %d, %d, %d, 1>" % (bits, group // 32, nt, xm, st)
+             for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_EXPERT_TILES for xm in (0, 1)
+             for st in QMV_SCALES]  # the expert products (launch_qwen3_5.qmv_experts)
     gemv += [f"{k}<{bits}>" for k in ("embed_q", "dequant") for bits in QMV_BITS]
     elementwise = ["rmsnorm_rows", "gate_rows", "heads_out"]
     attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode") for kv8 in (0, 1)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import function
+from . import launch as L
 
 i32, i64, f32 = np.int32, np.int64, np.float32
 SCAN_DK = (8, 16, 32, 64, 128, 256)  # key head dims deltanet_scan is instantiated for
@@ -72,6 +73,35 @@ def moe_gemv(bits: int, W, scales, biases, st: int, experts, k: int, x, ldx: int
                                         i32(group)))
 
 
+def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: int, E: int, experts, k: int, x,
+                ldx: int, xj: bool, y, xm: int = 0, x2=None, ldx2: int = 0, split: bool = True):
+    """y[rj, :M] = f(x[rj // k or rj]) @ W_e^T for each (row, choice) rj = r·k + j, e = experts[r, j],
+    over E stacked repacked weights of Mp rows each. split: K in qmv_split's segments (decode rows);
+    off, one segment (prompt chunks: their rows differ in rounding from decode rows, as numpy's do)."""
+    import cupy
+    nk = experts.size
+    nt = 0 if nk <= 4 * min(E, nk) else 2  # a schedule only: rows per expert slot
+    R = 8 * nt if nt else 4
+    Z = -(-nk // R) + min(E, nk)
+    slots = cupy.empty(Z * (2 + R), cupy.int32)
+    function("moe.cu", "moe_slots")((1,), (1024,), (experts, i32(nk), i32(E), i32(R), slots, i32(Z)))
+    KS, P = L.qmv_split(M, K) if split else (K, 1)
+    mblocks = -(-M // 128)
+    if P > 1:
+        part = cupy.empty(Z * P * R * Mp, cupy.float32)
+        counters = L.qmv_counters(Z * mblocks)
+    else:
+        part = counters = None
+    tiles = Mp // 16
+    ecodes = tiles * L.padded_subgroups(K) * 32 * (2 if bits == 4 else 4)
+    esb = tiles * (L.padded_subgroups(K) * 32 // group) * 16 * (2 if st == 2 else 1)
+    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 1>" % (bits, group // 32, nt, xm, st))
+    f((mblocks, P, Z), (256,),
+      (codes, sb, i32(st), x, L._ptr(x2), i64(ldx), i64(ldx2), L.NULL, f32(0), L.NULL, i64(0), y, i64(y.shape[1]),
+       i32(nk), i32(M), i32(Mp), i32(K), i32(L.padded_subgroups(K)), i32(KS), L._ptr(part), L.NULL, L._ptr(counters),
+       slots, i32(1 if xj else k), i64(ecodes), i64(esb)))
+
+
 def moe_swiglu(gu, act, I: int, rows_k: int):
     f = function("moe.cu", "moe_swiglu")
     f((rows_k, (I + 255) // 256), (256,), (gu, act, i32(I)))
@@ -92,5 +122,6 @@ def variants() -> list[tuple[str, str]]:
     """Every (file, kernel name) the launchers above can ask `function` for, from their own tables."""
     deltanet = [f"{k}<{w}>" for k in ("conv1d_step", "conv1d_prompt") for w in CONV_WIDTHS]
     deltanet += ["deltanet_gates", "gated_rmsnorm"] + ["deltanet_scan<%d, %d>" % (dk, scan_split(dk)) for dk in SCAN_DK]
-    moe = ["moe_route", "moe_swiglu", "moe_combine", "moe_shared_add"] + [f"moe_gemv<{b}>" for b in MOE_BITS]
+    moe = ["moe_route", "moe_slots", "moe_swiglu", "moe_combine", "moe_shared_add"]
+    moe += [f"moe_gemv<{b}>" for b in MOE_BITS]
     return [("deltanet.cu", n) for n in deltanet] + [("moe.cu", n) for n in moe]

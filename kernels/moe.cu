@@ -2,8 +2,9 @@
 // (row, chosen expert), SwiGLU between them, the weighted combination and the shared expert's gated
 // add. Numpy twins: moe_route, moe_experts, moe_shared_add in engine/ops/numpy_backend.py.
 //
-// Every (row, expert) product is one warp per output element with a fixed reduction order, so a
-// row's result never depends on the other rows (decode rows and prompt chunks alike).
+// Experts in qmv's layout run on gemv.cu's qmv over slots of rows grouped by expert (moe_slots);
+// the others (float32, GGUF blocks of 16) moe_gemv, one warp per output element with a fixed
+// reduction order. Either way a row's result never depends on the other rows.
 #include "common.cuh"
 
 // Softmax over E logits (fp32), top k by probability (ties: the lower expert id first, numpy's
@@ -44,6 +45,41 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, i64 ld, i
   if (lane < k) {
     experts[row * k + lane] = mine;
     weights[row * k + lane] = __fdiv_rn(mine_p, tot);
+  }
+}
+
+// Slots of the expert products (gemv.cu qmv with EX 1): the nk (row, choice) ids grouped by expert,
+// at most R to a slot; slot s = [expert, count, ids...] (stride 2 + R), slots past the last one
+// empty. Z >= ceil(nk / R) + min(E, nk) slots. Where an id lands within its expert's slots varies
+// from run to run and changes no bits (qmv's rows are independent). grid = 1, block = 1024, E <= 1024.
+extern "C" __global__ void moe_slots(const int* __restrict__ experts, int nk, int E, int R, int* __restrict__ slots,
+                                     int Z) {
+  __shared__ int cnt[1024], base[1024], fill[1024];
+  const int tid = threadIdx.x;
+  cnt[tid] = 0;
+  fill[tid] = 0;
+  __syncthreads();
+  for (int i = tid; i < nk; i += 1024) atomicAdd(cnt + experts[i], 1);
+  __syncthreads();
+  const int mine = tid < E ? (cnt[tid] + R - 1) / R : 0;  // this expert's slots
+  base[tid] = mine;
+  __syncthreads();
+  for (int o = 1; o < 1024; o <<= 1) {  // inclusive scan of the slot counts
+    const int v = tid >= o ? base[tid - o] : 0;
+    __syncthreads();
+    base[tid] += v;
+    __syncthreads();
+  }
+  const int first = base[tid] - mine, total = base[1023];
+  for (int j = 0; j < mine; ++j) {
+    slots[(i64)(first + j) * (2 + R)] = tid;
+    slots[(i64)(first + j) * (2 + R) + 1] = min(R, cnt[tid] - j * R);
+  }
+  for (int s = total + tid; s < Z; s += 1024) slots[(i64)s * (2 + R) + 1] = 0;
+  __syncthreads();
+  for (int i = tid; i < nk; i += 1024) {
+    const int e = experts[i], pos = atomicAdd(fill + e, 1);
+    slots[(i64)(base[e] - (cnt[e] + R - 1) / R + pos / R) * (2 + R) + 2 + pos % R] = i;
   }
 }
 

@@ -22,7 +22,7 @@ if OK:
     import cupy
 
     from engine.ops.cupy_backend import CupyBackend
-    from engine.ops.cupy_weights import ExpertWeight, prepare_experts
+    from engine.ops.cupy_weights import ExpertWeight, QExperts, prepare_experts
 
     Backend = CupyBackend
 
@@ -156,29 +156,39 @@ def test_moe_route(gb, E, k):
     assert rel(host(w), rw) < 2e-6
 
 
-@pytest.mark.parametrize("fmt", ["f32", "q4", "q8"])
-def test_moe_experts(gb, fmt):
+@pytest.mark.parametrize("fmt,E,H,I,k,n", [("f32", 8, 64, 32, 2, 9), ("q4", 8, 64, 32, 2, 9), ("q8", 8, 64, 32, 2, 9),
+                                             ("q4", 64, 96, 64, 8, 40), ("q8", 64, 96, 64, 8, 40),
+                                             ("q4+16", 16, 64, 32, 4, 12)])
+@pytest.mark.parametrize("prompt", [False, True])
+def test_moe_experts(gb, fmt, E, H, I, k, n, prompt):
+    """Quantized experts run on qmv over rows grouped by expert (slots of 4 or 16; down's 96 rows pad
+    per expert); each row's bits are its own, alone or in any company."""
     rng = np.random.default_rng(7)
-    E, H, I, k, n = 8, 64, 32, 2, 9
     gu = rng.normal(0, H ** -.5, (E, 2 * I, H)).astype(np.float32)
     dn = rng.normal(0, I ** -.5, (E, H, I)).astype(np.float32)
-    if fmt != "f32":
-        bits = 4 if fmt == "q4" else 8
-        gu_w, dn_w = quantize(gu, bits, 32), quantize(dn, bits, 32)
+    if fmt != "f32":  # q4+16: down in groups of 16 (GGUF's Q6_K beside Q4_K), off qmv's layout
+        bits = 8 if fmt == "q8" else 4
+        gu_w, dn_w = quantize(gu, bits, 32), quantize(dn, bits, 16 if fmt == "q4+16" else 32)
         gu, dn = dequantize(gu_w), dequantize(dn_w)
         dgu, ddn = prepare_experts(gu_w), prepare_experts(dn_w)
-        assert isinstance(dgu, ExpertWeight)
+        assert isinstance(dgu, QExperts) and isinstance(ddn, ExpertWeight if fmt == "q4+16" else QExperts)
+        assert np.array_equal(host(ddn.dequantize()), dn)
     else:
         dgu, ddn = prepare_experts(gu), prepare_experts(dn)
     x = rng.normal(size=(n, H)).astype(np.float32)
     idx, w = NB.moe_route(rng.normal(size=(n, E)).astype(np.float32), k)
-    ref = NB.moe_experts(x, gu, dn, idx, w)
-    out = host(gb.moe_experts(cupy.asarray(x), dgu, ddn, cupy.asarray(idx), cupy.asarray(w)))
+    if E > 8:  # every row shares expert 3 (a slot of many rows), each row's experts still distinct
+        idx[idx == 3] = idx[:, :1].repeat(k, 1)[idx == 3]
+        idx[:, 0] = 3
+    ref = NB.moe_experts(x, gu, dn, idx, w, prompt)
+
+    def run(rows):
+        return host(gb.moe_experts(cupy.asarray(x[rows]), dgu, ddn, cupy.asarray(idx[rows]), cupy.asarray(w[rows]),
+                                   prompt))
+    out = run(np.arange(n))
     assert rel(out, ref) < 5e-5
-    for i in (0, 4, 8):  # one row alone: the same bits
-        one = host(gb.moe_experts(cupy.asarray(x[i:i + 1]), dgu, ddn, cupy.asarray(idx[i:i + 1]),
-                                  cupy.asarray(w[i:i + 1])))
-        assert np.array_equal(one[0], out[i])
+    for rows in ([0], [n - 1], [4], list(range(n - 1, -1, -3))):  # alone or in other company: the same bits
+        assert np.array_equal(run(rows), out[rows])
     s, gt = rng.normal(size=(n, H)).astype(np.float32), rng.normal(size=(n, 1)).astype(np.float32)
     got = host(gb.moe_shared_add(cupy.asarray(out), cupy.asarray(s), cupy.asarray(gt)))
     assert rel(got, NB.moe_shared_add(out, s, gt)) < 2e-6

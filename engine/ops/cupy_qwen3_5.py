@@ -1,11 +1,12 @@
 """The Qwen3.5 / 3.6 part of the CuPy op set: Gated DeltaNet, gated RMSNorm and MoE, with the kernels
 of kernels/deltanet.cu and kernels/moe.cu. Numpy twins: the "Qwen3.5 / Qwen3.6" section of
 numpy_backend.NumpyBackend (same names, same arguments). Stacked expert weights are
-`cupy_weights.ExpertWeight`.
+`cupy_weights.QExperts` (qmv over rows grouped by expert) or `cupy_weights.ExpertWeight`.
 
 Differences from the numpy twins, all within rounding: a prompt chunk runs the delta rule in its
-recurrent form (one kernel, the state in registers) where numpy runs the chunked form; a prompt's
-MoE runs the decode kernels row by row (numpy groups rows by expert). Every row has the same
+recurrent form (one kernel, the state in registers) where numpy runs the chunked form; expert
+products accumulate in qmv's order, a prompt chunk's over K in one segment, decode rows' in
+qmv_split's segments (numpy sums a prompt's experts in expert order). Every row has the same
 arithmetic whatever the batch, as everywhere.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ except Exception as e:  # pragma: no cover - get_backend reports why first
 
 import kernels.launch_qwen3_5 as KQ
 
-from .cupy_weights import ExpertWeight
+from .cupy_weights import ExpertWeight, QExperts
 
 
 class Qwen35Ops:
@@ -121,7 +122,18 @@ class Qwen35Ops:
         return experts, weights
 
     @staticmethod
-    def _q_gemv(w, experts, k: int, x, ldx: int, xj: bool, y, n: int):
+    def _product(w, experts, x, ldx: int, xj: bool, y, prompt: bool, xm: int = 0, x2=None, ldx2: int = 0):
+        """y[rj] = f(x[rj // k or rj]) @ W_e^T for each (row, choice) rj; f by xm: 0 x, 1 silu(x)·x2.
+        Each product takes its weight's own kernel (a GGUF file mixes layouts: Q4_K gate_up, Q6_K down)."""
+        n, k = experts.shape
+        if isinstance(w, QExperts):
+            KQ.qmv_experts(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, w.Mp, w.E, experts, k, x, ldx, xj, y,
+                           xm=xm, x2=x2, ldx2=ldx2, split=not prompt)
+            return
+        if xm == 1:
+            act = cupy.empty((n * k, x2.shape[1]), cupy.float32)
+            KQ.moe_swiglu(x, act, x2.shape[1], n * k)
+            x, ldx = act, x2.shape[1]
         if isinstance(w, ExpertWeight):
             KQ.moe_gemv(w.bits, w.codes, w.scales, w.biases, w.st, experts, k, x, ldx, xj, y, w.M, w.K, w.group, n)
         else:
@@ -140,11 +152,14 @@ class Qwen35Ops:
         experts = cupy.ascontiguousarray(experts, dtype=cupy.int32)
         weights = self._q_f32(weights)
         gu = cupy.empty((n * k, M1), cupy.float32)
-        self._q_gemv(gate_up, experts, k, x, ldx, False, gu, n)
-        act = cupy.empty((n * k, I), cupy.float32)
-        KQ.moe_swiglu(gu, act, I, n * k)
+        self._product(gate_up, experts, x, ldx, False, gu, prompt)
         y = cupy.empty((n * k, H), cupy.float32)
-        self._q_gemv(down, experts, k, act, I, True, y, n)
+        if isinstance(down, QExperts) and I % 4 != 0:  # qmv's x2 loads are 16-byte aligned
+            act = cupy.empty((n * k, I), cupy.float32)
+            KQ.moe_swiglu(gu, act, I, n * k)
+            self._product(down, experts, act, I, True, y, prompt)
+        else:  # SwiGLU folded into the down product's input (qmv) or a kernel of its own (moe_gemv)
+            self._product(down, experts, gu, M1, True, y, prompt, xm=1, x2=gu[:, I:], ldx2=M1)
         KQ.moe_combine(y, weights, k, out, H, n)
         return out
 

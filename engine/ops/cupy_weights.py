@@ -1,8 +1,9 @@
 """Weights on the GPU: what `CupyBackend.prepare` makes of a canonical tensor.
 
 Affine 4- and 8-bit matrices stay quantized, repacked once into the tile layout of the tensor-core
-GEMV (`QWeight`); stacked expert weights stay as stored (`ExpertWeight`, for moe.cu); anything
-else becomes float32 (`DenseWeight` for products, plain arrays for norms and conv kernels).
+GEMV (`QWeight`, and `QExperts` for stacked experts); expert layouts qmv does not take stay as
+stored (`ExpertWeight`, for moe.cu's moe_gemv); anything else becomes float32 (`DenseWeight` for
+products, plain arrays for norms and conv kernels).
 """
 from __future__ import annotations
 
@@ -93,8 +94,50 @@ class DenseWeight:
         return self.w
 
 
+class QExperts:
+    """Stacked affine expert weights [E, M, K] in qmv's tile layout, expert after expert, each padded
+    to Mp rows (kernels/gemv.cu, EX 1)."""
+
+    def __init__(self, w: Affine):
+        self.bits, self.group = w.bits, w.group
+        self.E, self.M, words = w.packed.shape
+        self.K = words * 32 // w.bits
+        self.shape = (self.E, self.M, self.K)
+        self.nbytes = int(w.packed.nbytes + w.scales.nbytes + w.biases.nbytes)
+        self.Mp = -(-self.M // K.TM_ROWS) * K.TM_ROWS
+        E, M, Mp = self.E, self.M, self.Mp
+        packed = cupy.asarray(w.packed, dtype=cupy.uint32)
+        NGp = K.padded_subgroups(self.K) * 32 // w.group
+        if Mp == M:  # whole padded tiles: the stacked matrix's layout is each expert's in turn
+            self.codes = K.repack(cupy.ascontiguousarray(packed.reshape(E * M, words)), w.bits, E * M, self.K, E * M)
+            self.st, self.sb = _pack_scales(w.scales.reshape(E * M, -1), w.biases.reshape(E * M, -1), E * M, NGp)
+        else:
+            self.codes = cupy.concatenate([K.repack(cupy.ascontiguousarray(packed[e]), w.bits, M, self.K, Mp)
+                                           for e in range(E)])
+            pairs = [_pack_scales(w.scales[e], w.biases[e], Mp, NGp) for e in range(E)]
+            self.st, self.sb = pairs[0][0], cupy.concatenate([sb.reshape(-1) for _, sb in pairs])
+
+    @staticmethod
+    def supports(w) -> bool:
+        if not (isinstance(w, Affine) and w.packed.ndim == 3):
+            return False
+        K_ = w.packed.shape[-1] * 32 // w.bits
+        dt = np.dtype(w.scales.dtype)
+        return (w.bits in K.QMV_BITS and w.group in K.QMV_GROUPS and K_ % w.group == 0
+                and dt.name in SCALE_TYPES and np.dtype(w.biases.dtype) == dt)
+
+    def dequantize(self):
+        out = cupy.empty(self.shape, cupy.float32)
+        nc, ns = self.codes.size // self.E, self.sb.size // self.E
+        for e in range(self.E):
+            K.dequant(self.codes[e * nc:(e + 1) * nc], self.sb.reshape(-1)[e * ns:(e + 1) * ns], self.st, self.bits,
+                      self.M, self.K, self.group, out[e])
+        return out
+
+
 class ExpertWeight:
-    """Stacked affine expert weights [E, M, K] on the device as stored: uint32 codes, scales, biases."""
+    """Stacked affine expert weights [E, M, K] on the device as stored: uint32 codes, scales, biases
+    (the layouts qmv does not take: GGUF blocks of 16, for instance)."""
 
     def __init__(self, w: Affine):
         self.bits, self.group = w.bits, w.group
@@ -129,7 +172,10 @@ class ExpertWeight:
 
 
 def prepare_experts(w):
-    """Stacked expert weights → ExpertWeight (affine 4/8-bit) or a float32 [E, M, K] device array."""
+    """Stacked expert weights → QExperts (qmv's layout), ExpertWeight (other affine 4/8-bit) or a
+    float32 [E, M, K] device array."""
+    if QExperts.supports(w):
+        return QExperts(w)
     if ExpertWeight.supports(w):
         return ExpertWeight(w)
     if isinstance(w, cupy.ndarray):
