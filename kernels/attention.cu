@@ -123,24 +123,42 @@ DEV void encode_head(const float* b, int D, void* dst, void* tile, float* sdst, 
 }
 
 // Merge partials src[0..cnt) (each D + 2 floats: out, max, sum; stride PD) in order into
-// (max, sum, out) at dst, or into out / sum at fin when fin is given. Threads own dims.
-DEV void merge_partials(const float* src, int cnt, int PD, int D, float* dst, float* fin, int tid, int nthr) {
+// (max, sum, out) at dst, or into out / sum at fin when fin is given. One warp, D <= 256: lane j
+// loads partial j's statistics (all loads in flight at once), the weights reach every lane by
+// shuffles and each lane adds its dims over the partials in order.
+DEV void merge_partials(const float* src, int cnt, int PD, int D, float* dst, float* fin, int lane) {
   float M = -__int_as_float(0x7f800000);
-  for (int c = 0; c < cnt; ++c) M = fmaxf(M, __ldcg(src + (i64)c * PD + D));
-  float den = 0.0f;
-  for (int c = 0; c < cnt; ++c)
-    den = fmaf(expf(__ldcg(src + (i64)c * PD + D) - M), __ldcg(src + (i64)c * PD + D + 1), den);
-  for (int d = tid; d < D; d += nthr) {
-    float num = 0.0f;
-    for (int c = 0; c < cnt; ++c) num = fmaf(expf(__ldcg(src + (i64)c * PD + D) - M), __ldcg(src + (i64)c * PD + d), num);
-    if (fin != nullptr) fin[d] = num / den;
-    else dst[d] = num;
+  for (int c = lane; c < cnt; c += 32) M = fmaxf(M, __ldcg(src + (i64)c * PD + D));
+  M = warp_max(M);
+  float den = 0.0f, num[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) num[e] = 0.0f;
+  for (int c0 = 0; c0 < cnt; c0 += 32) {
+    const int c = c0 + lane, n = min(32, cnt - c0);
+    const float w = c < cnt ? expf(__ldcg(src + (i64)c * PD + D) - M) : 0.0f;
+    const float l = c < cnt ? __ldcg(src + (i64)c * PD + D + 1) : 0.0f;
+#pragma unroll 4
+    for (int i = 0; i < n; ++i) {
+      const float wi = __shfl_sync(FULL_MASK, w, i);
+      den = fmaf(wi, __shfl_sync(FULL_MASK, l, i), den);
+      const float* pc = src + (i64)(c0 + i) * PD;
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (lane + 32 * e < D) num[e] = fmaf(wi, __ldcg(pc + lane + 32 * e), num[e]);
+    }
   }
-  if (fin == nullptr && tid == 0) { dst[D] = M; dst[D + 1] = den; }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int d = lane + 32 * e;
+    if (d >= D) break;
+    if (fin != nullptr) fin[d] = num[e] / den;
+    else dst[d] = num[e];
+  }
+  if (fin == nullptr && lane == 0) { dst[D] = M; dst[D + 1] = den; }
 }
 
 template <int KV8>
-__global__ void __launch_bounds__(128) attn_decode(const float* __restrict__ q, i64 qs0, i64 qs1,
+__global__ void __launch_bounds__(256) attn_decode(const float* __restrict__ q, i64 qs0, i64 qs1,
                                                    const float* __restrict__ qnw, float qeps,
                                                    const double* __restrict__ inv, int half,
                                                    const float* __restrict__ kn, i64 ks0, i64 ks1,
@@ -176,7 +194,7 @@ __global__ void __launch_bounds__(128) attn_decode(const float* __restrict__ q, 
 
   if (tid < nk) slot_s[tid] = slot_of(tab, k0 + tid, pt);
   __syncthreads();
-  for (int e = tid; e < nk * QW; e += 128) {
+  for (int e = tid; e < nk * QW; e += 256) {
     const int j = e / QW, w4 = e % QW;
     const i64 off = (slot_s[j] * KH + kh) * RW + 4 * w4;
     cp_async16(smem_u32(kt + j * PW + 4 * w4), (const u32*)kc + off);
@@ -186,7 +204,7 @@ __global__ void __launch_bounds__(128) attn_decode(const float* __restrict__ q, 
     ksc_s[tid] = ksc[slot_s[tid] * KH + kh];
     vsc_s[tid] = vsc[slot_s[tid] * KH + kh];
   }
-  for (int g = warp; g < G; g += 4)
+  for (int g = warp; g < G; g += 8)
     load_head(q_s + g * D, q, (i64)row * qs0 + (i64)(kh * G + g) * qs1, D, qnw, qeps, positions, row, inv, half, lane);
   if (writer && warp == 0)
     load_head(nb, kn, (i64)row * ks0 + (i64)kh * ks1, D, knw, keps, positions, row, inv, half, lane);
@@ -206,14 +224,14 @@ __global__ void __launch_bounds__(128) attn_decode(const float* __restrict__ q, 
   }
   __syncthreads();
 
-  // --- scores: two threads per key, alternating 8-dim pieces ---
+  // --- scores: four threads per key, alternating 8-dim pieces ---
   {
-    const int j = tid >> 1, h = tid & 1;
+    const int j = tid >> 2, h = tid & 3;
     float acc[16];
 #pragma unroll
     for (int g = 0; g < 16; ++g) acc[g] = 0.0f;
     if (j < nk) {
-      for (int i = h; i < D / 8; i += 2) {
+      for (int i = h; i < D / 8; i += 4) {
         float kv[8];
         kv_piece<KV8>(kt + j * PW + (KV8 ? 2 : 4) * i, kv);
 #pragma unroll
@@ -231,8 +249,8 @@ __global__ void __launch_bounds__(128) attn_decode(const float* __restrict__ q, 
 #pragma unroll
     for (int g = 0; g < 16; ++g) {
       if (g < G) {
-        const float other = __shfl_xor_sync(FULL_MASK, acc[g], 1);
-        const float a = h == 0 ? acc[g] + other : other + acc[g];  // the same bits in both threads
+        float a = __fadd_rn(acc[g], __shfl_xor_sync(FULL_MASK, acc[g], 1));  // commutative: one value in
+        a = __fadd_rn(a, __shfl_xor_sync(FULL_MASK, a, 2));                     // all four threads
         if (h == 0 && j < CHUNK)
           s_s[g * CHUNK + j] = j < nk ? (KV8 ? a * ksc_s[j] : a) * scale : -__int_as_float(0x7f800000);
       }
@@ -240,7 +258,7 @@ __global__ void __launch_bounds__(128) attn_decode(const float* __restrict__ q, 
   }
   __syncthreads();
   // --- softmax statistics of the chunk, one warp per head ---
-  for (int g = warp; g < G; g += 4) {
+  for (int g = warp; g < G; g += 8) {
     float m = -__int_as_float(0x7f800000);
     for (int j = lane; j < nk; j += 32) m = fmaxf(m, s_s[g * CHUNK + j]);
     m = warp_max(m);
@@ -254,14 +272,17 @@ __global__ void __launch_bounds__(128) attn_decode(const float* __restrict__ q, 
     if (lane == 0) { m_s[g] = m; l_s[g] = l; }
   }
   __syncthreads();
-  // --- weighted values: a thread per (head, 8-dim piece) ---
-  const int PD = D + 2, NP = D / 8;
-  for (int it = tid; it < G * NP; it += 128) {
-    const int g = it / NP, i = it % NP;
+  // --- weighted values: S adjacent threads per (head, 8-dim piece), keys interleaved among them ---
+  const int PD = D + 2, NP = D / 8, items = G * NP;
+  const int S = items >= 256 ? 1 : (items >= 128 ? 2 : (items >= 64 ? 4 : 8));  // a schedule of G and D only
+  const int sub = tid % S;
+  for (int it0 = 0; it0 < items * S; it0 += 256) {  // whole warps every pass: the shuffles need all lanes
+    const int it = (it0 + tid) / S, g = it / NP, i = it % NP;
+    const bool here = it < items;
     float o[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) o[e] = 0.0f;
-    for (int j = 0; j < nk; ++j) {
+    for (int j = sub; here && j < nk; j += S) {
       const float p = s_s[g * CHUNK + j];
       float v[8];
       kv_piece<KV8>(vt + j * PW + (KV8 ? 2 : 4) * i, v);
@@ -273,6 +294,10 @@ __global__ void __launch_bounds__(128) attn_decode(const float* __restrict__ q, 
 #pragma unroll
       for (int e = 0; e < 8; ++e) o[e] = fmaf(p, v[e], o[e]);
     }
+    for (int x = 1; x < S; x <<= 1)  // butterfly: every one of the S threads ends with the same sum
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[e] = __fadd_rn(o[e], __shfl_xor_sync(FULL_MASK, o[e], x));
+    if (!here || sub != 0) continue;
     const i64 hrow = (i64)row * H + kh * G + g;
     if (nvalid == 1) {
 #pragma unroll
@@ -296,10 +321,10 @@ __global__ void __launch_bounds__(128) attn_decode(const float* __restrict__ q, 
   __syncthreads();
   if (!flag_s) return;
   __threadfence();
-  for (int g = warp; g < G; g += 4) {
+  for (int g = warp; g < G; g += 8) {
     const i64 hrow = (i64)row * H + kh * G + g;
     merge_partials(part + (hrow * nch + grp * GROUP) * PD, gcnt, PD, D, gpart + (hrow * gmax + grp) * PD,
-                   ng == 1 ? out + hrow * D : nullptr, lane, 32);
+                   ng == 1 ? out + hrow * D : nullptr, lane);
   }
   if (tid == 0) cnt[1 + grp] = 0;
   if (ng == 1) return;
@@ -309,9 +334,9 @@ __global__ void __launch_bounds__(128) attn_decode(const float* __restrict__ q, 
   __syncthreads();
   if (!flag_s) return;
   __threadfence();
-  for (int g = warp; g < G; g += 4) {
+  for (int g = warp; g < G; g += 8) {
     const i64 hrow = (i64)row * H + kh * G + g;
-    merge_partials(gpart + hrow * gmax * PD, ng, PD, D, nullptr, out + hrow * D, lane, 32);
+    merge_partials(gpart + hrow * gmax * PD, ng, PD, D, nullptr, out + hrow * D, lane);
   }
   if (tid == 0) cnt[0] = 0;
 }

@@ -189,7 +189,7 @@ def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
     smem = decode_smem(kv8, G, D)
     if smem > 48 * 1024 and f.max_dynamic_shared_size_bytes < smem:
         f.max_dynamic_shared_size_bytes = smem
-    f((KH, rows, nch), (128,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(inv), i32(half), _ptr(kn), i64(ks0),
+    f((KH, rows, nch), (256,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(inv), i32(half), _ptr(kn), i64(ks0),
                                i64(ks1), _ptr(knw), f32(keps), _ptr(vn), i64(vs0), i64(vs1), positions, tables,
                                i32(tables.shape[1]), i32(pt), kc, vc, _ptr(ksc), _ptr(vsc), i32(KH), i32(G), i32(D),
                                f32(scale), _ptr(part), _ptr(gpart), i32(nch), counters, out), shared_mem=smem)
