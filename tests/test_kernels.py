@@ -234,7 +234,7 @@ def fill_same(nc, gc, rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])
-@pytest.mark.parametrize("pt,G,D", [(16, 3, 64), (256, 4, 128), (64, 1, 64)])
+@pytest.mark.parametrize("pt,G,D", [(16, 3, 64), (256, 4, 128), (64, 1, 64), (256, 8, 256), (16, 6, 256)])
 def test_decode_attention_over_pages(gb, dtype, pt, G, D):
     rng = np.random.default_rng(pt + G)
     kvh = 2
