@@ -158,7 +158,7 @@ DEV void merge_partials(const float* src, int cnt, int PD, int D, float* dst, fl
 }
 
 template <int KV8>
-__global__ void __launch_bounds__(256) attn_decode(const float* __restrict__ q, i64 qs0, i64 qs1,
+__global__ void __launch_bounds__(256, 3) attn_decode(const float* __restrict__ q, i64 qs0, i64 qs1,
                                                    const float* __restrict__ qnw, float qeps,
                                                    const double* __restrict__ inv, int half,
                                                    const float* __restrict__ kn, i64 ks0, i64 ks1,
