@@ -3,6 +3,8 @@ in, CuPy arrays out, grid shapes and argument lists only. Row strides are in ele
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from . import function
@@ -73,20 +75,39 @@ def moe_gemv(bits: int, W, scales, biases, st: int, experts, k: int, x, ldx: int
                                         i32(group)))
 
 
-def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: int, E: int, experts, k: int, x,
-                ldx: int, xj: bool, y, xm: int = 0, x2=None, ldx2: int = 0, split: bool = True):
-    """y[rj, :M] = f(x[rj // k or rj]) @ W_e^T for each (row, choice) rj = r·k + j, e = experts[r, j],
-    over E stacked repacked weights of Mp rows each. split: K in qmv_split's segments (decode rows);
-    off, one segment (prompt chunks: their rows differ in rounding from decode rows, as numpy's do)."""
+class Slots(NamedTuple):
+    """The (row, choice) ids grouped by expert (moe.cu moe_slots): Z slots of 2 + R ints each, R
+    picked by `nt` from the id count and the expert count alone, so one table serves every product
+    of the same routing."""
+    table: object
+    nk: int
+    nt: int
+    Z: int
+
+
+def moe_slots(experts, E: int) -> Slots:
     import cupy
     nk = experts.size
     nt = 0 if nk <= 4 * min(E, nk) else 2  # a schedule only: rows per expert slot
     R = 8 * nt if nt else 4
     Z = -(-nk // R) + min(E, nk)
-    slots = cupy.empty(Z * (2 + R), cupy.int32)
-    function("moe.cu", "moe_slots")((1,), (1024,), (experts, i32(nk), i32(E), i32(R), slots, i32(Z)))
+    table = cupy.empty(Z * (2 + R), cupy.int32)
+    function("moe.cu", "moe_slots")((1,), (1024,), (experts, i32(nk), i32(E), i32(R), table, i32(Z)))
+    return Slots(table, nk, nt, Z)
+
+
+def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: int, slots: Slots, k: int, x,
+                ldx: int, xj: bool, y, xm: int = 0, x2=None, ldx2: int = 0, split: bool = True):
+    """y[rj, :M] = f(x[rj // k or rj]) @ W_e^T for each (row, choice) rj = r·k + j, e = experts[r, j],
+    over stacked repacked weights of Mp rows each, the ids grouped by `moe_slots`. split: K in
+    qmv_split's segments (decode rows); off, one segment (prompt chunks: their rows differ in rounding
+    from decode rows, as numpy's do)."""
+    import cupy
+    nk = slots.nk
     KS, P = L.qmv_split(M, K) if split else (K, 1)
     mblocks = -(-M // 128)
+    Z = slots.Z
+    R = 8 * slots.nt if slots.nt else 4
     if P > 1:
         part = cupy.empty(Z * P * R * Mp, cupy.float32)
         counters = L.qmv_counters(Z * mblocks)
@@ -95,11 +116,11 @@ def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: i
     tiles = Mp // 16
     ecodes = tiles * L.padded_subgroups(K) * 32 * (2 if bits == 4 else 4)
     esb = tiles * (L.padded_subgroups(K) * 32 // group) * 16 * (2 if st == 2 else 1)
-    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 1>" % (bits, group // 32, nt, xm, st))
+    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 1>" % (bits, group // 32, slots.nt, xm, st))
     f((mblocks, P, Z), (256,),
       (codes, sb, i32(st), x, L._ptr(x2), i64(ldx), i64(ldx2), L.NULL, f32(0), L.NULL, i64(0), y, i64(y.shape[1]),
        i32(nk), i32(M), i32(Mp), i32(K), i32(L.padded_subgroups(K)), i32(KS), L._ptr(part), L.NULL, L._ptr(counters),
-       slots, i32(1 if xj else k), i64(ecodes), i64(esb)))
+       slots.table, i32(1 if xj else k), i64(ecodes), i64(esb)))
 
 
 def moe_swiglu(gu, act, I: int, rows_k: int):

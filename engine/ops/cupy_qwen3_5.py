@@ -122,12 +122,13 @@ class Qwen35Ops:
         return experts, weights
 
     @staticmethod
-    def _product(w, experts, x, ldx: int, xj: bool, y, prompt: bool, xm: int = 0, x2=None, ldx2: int = 0):
+    def _product(w, experts, slots, x, ldx: int, xj: bool, y, prompt: bool, xm: int = 0, x2=None, ldx2: int = 0):
         """y[rj] = f(x[rj // k or rj]) @ W_e^T for each (row, choice) rj; f by xm: 0 x, 1 silu(x)·x2.
-        Each product takes its weight's own kernel (a GGUF file mixes layouts: Q4_K gate_up, Q6_K down)."""
+        Each product takes its weight's own kernel (a GGUF file mixes layouts: Q4_K gate_up, Q6_K down);
+        qmv's reads the ids grouped by expert from `slots` (KQ.moe_slots of these experts)."""
         n, k = experts.shape
         if isinstance(w, QExperts):
-            KQ.qmv_experts(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, w.Mp, w.E, experts, k, x, ldx, xj, y,
+            KQ.qmv_experts(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, w.Mp, slots, k, x, ldx, xj, y,
                            xm=xm, x2=x2, ldx2=ldx2, split=not prompt)
             return
         if xm == 1:
@@ -151,15 +152,18 @@ class Qwen35Ops:
             return out
         experts = cupy.ascontiguousarray(experts, dtype=cupy.int32)
         weights = self._q_f32(weights)
+        # one grouping for both products: it depends on the ids and the expert count only
+        slots = (KQ.moe_slots(experts, gate_up.shape[0])
+                 if isinstance(gate_up, QExperts) or isinstance(down, QExperts) else None)
         gu = cupy.empty((n * k, M1), cupy.float32)
-        self._product(gate_up, experts, x, ldx, False, gu, prompt)
+        self._product(gate_up, experts, slots, x, ldx, False, gu, prompt)
         y = cupy.empty((n * k, H), cupy.float32)
         if isinstance(down, QExperts) and I % 4 != 0:  # qmv's x2 loads are 16-byte aligned
             act = cupy.empty((n * k, I), cupy.float32)
             KQ.moe_swiglu(gu, act, I, n * k)
-            self._product(down, experts, act, I, True, y, prompt)
+            self._product(down, experts, slots, act, I, True, y, prompt)
         else:  # SwiGLU folded into the down product's input (qmv) or a kernel of its own (moe_gemv)
-            self._product(down, experts, gu, M1, True, y, prompt, xm=1, x2=gu[:, I:], ldx2=M1)
+            self._product(down, experts, slots, gu, M1, True, y, prompt, xm=1, x2=gu[:, I:], ldx2=M1)
         KQ.moe_combine(y, weights, k, out, H, n)
         return out
 
