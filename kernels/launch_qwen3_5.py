@@ -128,14 +128,11 @@ def moe_swiglu(gu, act, I: int, rows_k: int):
     f((rows_k, (I + 255) // 256), (256,), (gu, act, i32(I)))
 
 
-def moe_combine(y, weights, k: int, out, H: int, rows: int):
+def moe_combine(y, weights, k: int, out, H: int, rows: int, shared=None, lds: int = 0, gate=None, ldg: int = 0):
+    """out = Σ_j weights[:, j]·y[r·k + j] (+ sigmoid(gate)·shared where shared is given)."""
     f = function("moe.cu", "moe_combine")
-    f((rows, (H + 255) // 256), (256,), (y, weights, i32(k), out, i32(H)))
-
-
-def moe_shared_add(routed, ldr: int, shared, lds: int, gate, ldg: int, out, H: int, rows: int):
-    f = function("moe.cu", "moe_shared_add")
-    f((rows, (H + 255) // 256), (256,), (routed, i64(ldr), shared, i64(lds), gate, i64(ldg), out, i32(H)))
+    f((rows, (H + 255) // 256), (256,), (y, weights, i32(k), L._ptr(shared), i64(lds), L._ptr(gate), i64(ldg), out,
+                                        i32(H)))
 
 
 # --- what CI compiles ---------------------------------------------------------------------------
@@ -143,6 +140,6 @@ def variants() -> list[tuple[str, str]]:
     """Every (file, kernel name) the launchers above can ask `function` for, from their own tables."""
     deltanet = [f"{k}<{w}>" for k in ("conv1d_step", "conv1d_prompt") for w in CONV_WIDTHS]
     deltanet += ["deltanet_gates", "gated_rmsnorm"] + ["deltanet_scan<%d, %d>" % (dk, scan_split(dk)) for dk in SCAN_DK]
-    moe = ["moe_route", "moe_slots", "moe_swiglu", "moe_combine", "moe_shared_add"]
+    moe = ["moe_route", "moe_slots", "moe_swiglu", "moe_combine"]
     moe += [f"moe_gemv<{b}>" for b in MOE_BITS]
     return [("deltanet.cu", n) for n in deltanet] + [("moe.cu", n) for n in moe]

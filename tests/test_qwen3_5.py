@@ -261,7 +261,11 @@ def test_moe_route_and_experts():
     close(decode, ref, 2e-5)
     close(prompt, ref, 2e-5)
     shared, gate = rng.normal(size=(n, H)).astype(np.float32), rng.normal(size=(n, 1)).astype(np.float32)
-    close(B.moe_shared_add(decode, shared, gate), ref + shared / (1 + np.exp(-gate.astype(np.float64))), 2e-5)
+    for flag in (False, True):  # the shared expert's gated output on top, the routed sum's bits unchanged
+        got = B.moe_experts(x, gu, down, idx, wts, flag, shared, gate)
+        close(got, ref + shared / (1 + np.exp(-gate.astype(np.float64))), 2e-5)
+        routed = decode if not flag else prompt
+        assert np.array_equal(got, routed + shared / (np.float32(1) + np.exp(-gate)))
     for i in range(n):  # decode rows do not depend on each other
         assert np.array_equal(B.moe_experts(x[i:i + 1], gu, down, idx[i:i + 1], wts[i:i + 1])[0], decode[i])
 

@@ -169,8 +169,8 @@ class Qwen3_5(Qwen3):
             return super().mlp(layer, h, rows)
         b = self.b
         experts, weights = b.moe_route(b.linear(h, layer["router"], rows.pad_to), self.cfg.top_k)
-        out = b.moe_experts(h, layer["experts_gate_up"], layer["experts_down"], experts, weights, rows.prompt)
-        if "shared" in layer:
-            shared = super().mlp(layer["shared"], h, rows)
-            out = b.moe_shared_add(out, shared, b.linear(h, layer["shared_gate"], rows.pad_to))
-        return out
+        shared = gate = None
+        if "shared" in layer:  # added under its gate in the experts' combination
+            shared, gate = super().mlp(layer["shared"], h, rows), b.linear(h, layer["shared_gate"], rows.pad_to)
+        return b.moe_experts(h, layer["experts_gate_up"], layer["experts_down"], experts, weights, rows.prompt,
+                             shared, gate)

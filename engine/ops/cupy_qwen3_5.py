@@ -141,7 +141,7 @@ class Qwen35Ops:
             E, M, K = w.shape
             KQ.moe_gemv(0, w, None, None, 0, experts, k, x, ldx, xj, y, M, K, 32, n)
 
-    def moe_experts(self, x, gate_up, down, experts, weights, prompt: bool = False):
+    def moe_experts(self, x, gate_up, down, experts, weights, prompt: bool = False, shared=None, shared_gate=None):
         x, ldx = self._q_rows(x, 2)
         n, H = x.shape
         k = experts.shape[1]
@@ -164,15 +164,10 @@ class Qwen35Ops:
             self._product(down, experts, slots, act, I, True, y, prompt)
         else:  # SwiGLU folded into the down product's input (qmv) or a kernel of its own (moe_gemv)
             self._product(down, experts, slots, gu, M1, True, y, prompt, xm=1, x2=gu[:, I:], ldx2=M1)
-        KQ.moe_combine(y, weights, k, out, H, n)
-        return out
-
-    def moe_shared_add(self, routed, shared, gate):
-        r, ldr = self._q_rows(routed, 2)
-        s, lds = self._q_rows(shared, 2)
-        gt, ldg = self._q_rows(gate, 2)
-        n, H = r.shape
-        out = cupy.empty((n, H), cupy.float32)
-        if n:
-            KQ.moe_shared_add(r, ldr, s, lds, gt, ldg, out, H, n)
+        if shared is None:
+            KQ.moe_combine(y, weights, k, out, H, n)
+        else:
+            s, lds = self._q_rows(shared, 2)
+            gt, ldg = self._q_rows(shared_gate, 2)
+            KQ.moe_combine(y, weights, k, out, H, n, s, lds, gt, ldg)
         return out
