@@ -199,6 +199,23 @@ def test_moe_experts(gb, fmt, E, H, I, k, n, prompt):
         assert np.array_equal(run(rows, shared=True), got[rows])
 
 
+@pytest.mark.parametrize("E,H", [(256, 2048), (512, 4096), (8, 64)])
+def test_router_gate_rows(gb, E, H):
+    """The router and the shared expert's gate as one 8-bit weight: the router's logits and the gate's
+    bits are those of the separate products, on plain and norm-folded input."""
+    from engine.models.llama import fuse
+    rng = np.random.default_rng(E)
+    router = quantize(rng.normal(0, H ** -.5, (E, H)).astype(np.float32), 8, 64)
+    gate = quantize(rng.normal(0, H ** -.5, (1, H)).astype(np.float32), 8, 64)
+    both, wr, wg = gb.prepare(fuse([router, gate])), gb.prepare(router), gb.prepare(gate)
+    x, r = rng.normal(size=(5, H)).astype(np.float32), rng.normal(size=(5, H)).astype(np.float32)
+    nw = rng.uniform(.5, 1.5, H).astype(np.float32)
+    for make in (lambda: gb.asarray(x), lambda: gb.add_rmsnorm(gb.asarray(x), gb.asarray(r), gb.asarray(nw), 1e-6)[0]):
+        y = host(gb.linear(make(), both))
+        assert np.array_equal(y[:, :E], host(gb.linear(make(), wr)))
+        assert np.array_equal(y[:, E:], host(gb.linear(make(), wg)))
+
+
 # --- the models end to end -------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["tiny-qwen3.5", "tiny-qwen3.5-moe"])
 def test_models_match_numpy(gb, name):
