@@ -3,6 +3,8 @@ in, CuPy arrays out, grid shapes and argument lists only. Row strides are in ele
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from . import function
@@ -73,20 +75,39 @@ def moe_gemv(bits: int, W, scales, biases, st: int, experts, k: int, x, ldx: int
                                         i32(group)))
 
 
-def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: int, E: int, experts, k: int, x,
-                ldx: int, xj: bool, y, xm: int = 0, x2=None, ldx2: int = 0, split: bool = True):
-    """y[rj, :M] = f(x[rj // k or rj]) @ W_e^T for each (row, choice) rj = r·k + j, e = experts[r, j],
-    over E stacked repacked weights of Mp rows each. split: K in qmv_split's segments (decode rows);
-    off, one segment (prompt chunks: their rows differ in rounding from decode rows, as numpy's do)."""
+class Slots(NamedTuple):
+    """The (row, choice) ids grouped by expert (moe.cu moe_slots): Z slots of 2 + R ints each, R
+    picked by `nt` from the id count and the expert count alone, so one table serves every product
+    of the same routing."""
+    table: object
+    nk: int
+    nt: int
+    Z: int
+
+
+def moe_slots(experts, E: int) -> Slots:
     import cupy
     nk = experts.size
     nt = 0 if nk <= 4 * min(E, nk) else 2  # a schedule only: rows per expert slot
     R = 8 * nt if nt else 4
     Z = -(-nk // R) + min(E, nk)
-    slots = cupy.empty(Z * (2 + R), cupy.int32)
-    function("moe.cu", "moe_slots")((1,), (1024,), (experts, i32(nk), i32(E), i32(R), slots, i32(Z)))
+    table = cupy.empty(Z * (2 + R), cupy.int32)
+    function("moe.cu", "moe_slots")((1,), (1024,), (experts, i32(nk), i32(E), i32(R), table, i32(Z)))
+    return Slots(table, nk, nt, Z)
+
+
+def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: int, slots: Slots, k: int, x,
+                ldx: int, xj: bool, y, xm: int = 0, x2=None, ldx2: int = 0, split: bool = True):
+    """y[rj, :M] = f(x[rj // k or rj]) @ W_e^T for each (row, choice) rj = r·k + j, e = experts[r, j],
+    over stacked repacked weights of Mp rows each, the ids grouped by `moe_slots`. split: K in
+    qmv_split's segments (decode rows); off, one segment (prompt chunks: their rows differ in rounding
+    from decode rows, as numpy's do)."""
+    import cupy
+    nk = slots.nk
     KS, P = L.qmv_split(M, K) if split else (K, 1)
     mblocks = -(-M // 128)
+    Z = slots.Z
+    R = 8 * slots.nt if slots.nt else 4
     if P > 1:
         part = cupy.empty(Z * P * R * Mp, cupy.float32)
         counters = L.qmv_counters(Z * mblocks)
@@ -95,11 +116,11 @@ def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: i
     tiles = Mp // 16
     ecodes = tiles * L.padded_subgroups(K) * 32 * (2 if bits == 4 else 4)
     esb = tiles * (L.padded_subgroups(K) * 32 // group) * 16 * (2 if st == 2 else 1)
-    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 1>" % (bits, group // 32, nt, xm, st))
+    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 1>" % (bits, group // 32, slots.nt, xm, st))
     f((mblocks, P, Z), (256,),
       (codes, sb, i32(st), x, L._ptr(x2), i64(ldx), i64(ldx2), L.NULL, f32(0), L.NULL, i64(0), y, i64(y.shape[1]),
        i32(nk), i32(M), i32(Mp), i32(K), i32(L.padded_subgroups(K)), i32(KS), L._ptr(part), L.NULL, L._ptr(counters),
-       slots, i32(1 if xj else k), i64(ecodes), i64(esb)))
+       slots.table, i32(1 if xj else k), i64(ecodes), i64(esb)))
 
 
 def moe_swiglu(gu, act, I: int, rows_k: int):
@@ -107,14 +128,11 @@ def moe_swiglu(gu, act, I: int, rows_k: int):
     f((rows_k, (I + 255) // 256), (256,), (gu, act, i32(I)))
 
 
-def moe_combine(y, weights, k: int, out, H: int, rows: int):
+def moe_combine(y, weights, k: int, out, H: int, rows: int, shared=None, lds: int = 0, gate=None, ldg: int = 0):
+    """out = Σ_j weights[:, j]·y[r·k + j] (+ sigmoid(gate)·shared where shared is given)."""
     f = function("moe.cu", "moe_combine")
-    f((rows, (H + 255) // 256), (256,), (y, weights, i32(k), out, i32(H)))
-
-
-def moe_shared_add(routed, ldr: int, shared, lds: int, gate, ldg: int, out, H: int, rows: int):
-    f = function("moe.cu", "moe_shared_add")
-    f((rows, (H + 255) // 256), (256,), (routed, i64(ldr), shared, i64(lds), gate, i64(ldg), out, i32(H)))
+    f((rows, (H + 255) // 256), (256,), (y, weights, i32(k), L._ptr(shared), i64(lds), L._ptr(gate), i64(ldg), out,
+                                        i32(H)))
 
 
 # --- what CI compiles ---------------------------------------------------------------------------
@@ -122,6 +140,6 @@ def variants() -> list[tuple[str, str]]:
     """Every (file, kernel name) the launchers above can ask `function` for, from their own tables."""
     deltanet = [f"{k}<{w}>" for k in ("conv1d_step", "conv1d_prompt") for w in CONV_WIDTHS]
     deltanet += ["deltanet_gates", "gated_rmsnorm"] + ["deltanet_scan<%d, %d>" % (dk, scan_split(dk)) for dk in SCAN_DK]
-    moe = ["moe_route", "moe_slots", "moe_swiglu", "moe_combine", "moe_shared_add"]
+    moe = ["moe_route", "moe_slots", "moe_swiglu", "moe_combine"]
     moe += [f"moe_gemv<{b}>" for b in MOE_BITS]
     return [("deltanet.cu", n) for n in deltanet] + [("moe.cu", n) for n in moe]

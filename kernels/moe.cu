@@ -1,6 +1,6 @@
 // Mixture of experts (Qwen3.5 / 3.6 MoE): router softmax + top-k, the expert products for each
-// (row, chosen expert), SwiGLU between them, the weighted combination and the shared expert's gated
-// add. Numpy twins: moe_route, moe_experts, moe_shared_add in engine/ops/numpy_backend.py.
+// (row, chosen expert), SwiGLU between them, the weighted combination with the shared expert's gated
+// output. Numpy twins: moe_route, moe_experts in engine/ops/numpy_backend.py.
 //
 // Experts in qmv's layout run on gemv.cu's qmv over slots of rows grouped by expert (moe_slots);
 // the others (float32, GGUF blocks of 16) moe_gemv, one warp per output element with a fixed
@@ -144,25 +144,20 @@ extern "C" __global__ void moe_swiglu(const float* __restrict__ gu, float* __res
   act[rj * I + i] = silu_mul_f(gu[rj * 2 * I + i], gu[rj * 2 * I + I + i]);
 }
 
-// out[r, h] = Σ_j weights[r, j]·y[r·k + j, h], summed in choice order. grid = (n, ceil(H/256)).
+// out[r, h] = Σ_j weights[r, j]·y[r·k + j, h], summed in choice order, then, where shared is given,
+// + sigmoid(gate[r])·shared[r, h] (the shared expert's gated output; row strides lds, ldg).
+// y [n·k, H], out [n, H] contiguous. grid = (n, ceil(H/256)).
 extern "C" __global__ void moe_combine(const float* __restrict__ y, const float* __restrict__ weights, int k,
-                                       float* __restrict__ out, int H) {
+                                       const float* __restrict__ shared, i64 lds, const float* __restrict__ gate,
+                                       i64 ldg, float* __restrict__ out, int H) {
   const int h = blockIdx.y * 256 + threadIdx.x;
   if (h >= H) return;
   const i64 r = blockIdx.x;
   float acc = 0.0f;
   for (int j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(weights[r * k + j], y[(r * k + j) * H + h]));
+  if (shared != nullptr) {
+    const float sg = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[r * ldg])));
+    acc = __fadd_rn(acc, __fmul_rn(shared[r * lds + h], sg));
+  }
   out[r * H + h] = acc;
-}
-
-// out[r, h] = routed[r, h] + sigmoid(gate[r])·shared[r, h]; routed, shared, out [n, H] (row strides
-// ldr, lds; out contiguous), gate [n] (stride ldg). grid = (n, ceil(H/256)).
-extern "C" __global__ void moe_shared_add(const float* __restrict__ routed, i64 ldr, const float* __restrict__ shared,
-                                          i64 lds, const float* __restrict__ gate, i64 ldg, float* __restrict__ out,
-                                          int H) {
-  const int h = blockIdx.y * 256 + threadIdx.x;
-  if (h >= H) return;
-  const i64 r = blockIdx.x;
-  const float sg = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[r * ldg])));
-  out[r * H + h] = __fadd_rn(routed[r * ldr + h], __fmul_rn(shared[r * lds + h], sg));
 }

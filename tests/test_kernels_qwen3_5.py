@@ -182,16 +182,38 @@ def test_moe_experts(gb, fmt, E, H, I, k, n, prompt):
         idx[:, 0] = 3
     ref = NB.moe_experts(x, gu, dn, idx, w, prompt)
 
-    def run(rows):
+    sg = rng.normal(size=(n, H + 1)).astype(np.float32)  # [shared | gate], as strided views
+    s, gt = sg[:, :H], sg[:, H:]
+
+    def run(rows, shared=False):
+        more = (cupy.asarray(sg[rows])[:, :H], cupy.asarray(sg[rows])[:, H:]) if shared else ()
         return host(gb.moe_experts(cupy.asarray(x[rows]), dgu, ddn, cupy.asarray(idx[rows]), cupy.asarray(w[rows]),
-                                   prompt))
+                                   prompt, *more))
     out = run(np.arange(n))
     assert rel(out, ref) < 5e-5
+    got = run(np.arange(n), shared=True)  # the shared expert's gated add, folded into the combination
+    assert rel(got, NB.moe_experts(x, gu, dn, idx, w, prompt, s, gt)) < 5e-5
+    assert rel(got, out + s / (np.float32(1) + np.exp(-gt))) < 2e-6
     for rows in ([0], [n - 1], [4], list(range(n - 1, -1, -3))):  # alone or in other company: the same bits
         assert np.array_equal(run(rows), out[rows])
-    s, gt = rng.normal(size=(n, H)).astype(np.float32), rng.normal(size=(n, 1)).astype(np.float32)
-    got = host(gb.moe_shared_add(cupy.asarray(out), cupy.asarray(s), cupy.asarray(gt)))
-    assert rel(got, NB.moe_shared_add(out, s, gt)) < 2e-6
+        assert np.array_equal(run(rows, shared=True), got[rows])
+
+
+@pytest.mark.parametrize("E,H", [(256, 2048), (512, 4096), (8, 64)])
+def test_router_gate_rows(gb, E, H):
+    """The router and the shared expert's gate as one 8-bit weight: the router's logits and the gate's
+    bits are those of the separate products, on plain and norm-folded input."""
+    from engine.models.llama import fuse
+    rng = np.random.default_rng(E)
+    router = quantize(rng.normal(0, H ** -.5, (E, H)).astype(np.float32), 8, 64)
+    gate = quantize(rng.normal(0, H ** -.5, (1, H)).astype(np.float32), 8, 64)
+    both, wr, wg = gb.prepare(fuse([router, gate])), gb.prepare(router), gb.prepare(gate)
+    x, r = rng.normal(size=(5, H)).astype(np.float32), rng.normal(size=(5, H)).astype(np.float32)
+    nw = rng.uniform(.5, 1.5, H).astype(np.float32)
+    for make in (lambda: gb.asarray(x), lambda: gb.add_rmsnorm(gb.asarray(x), gb.asarray(r), gb.asarray(nw), 1e-6)[0]):
+        y = host(gb.linear(make(), both))
+        assert np.array_equal(y[:, :E], host(gb.linear(make(), wr)))
+        assert np.array_equal(y[:, E:], host(gb.linear(make(), wg)))
 
 
 # --- the models end to end -------------------------------------------------------------------------

@@ -261,9 +261,27 @@ def test_moe_route_and_experts():
     close(decode, ref, 2e-5)
     close(prompt, ref, 2e-5)
     shared, gate = rng.normal(size=(n, H)).astype(np.float32), rng.normal(size=(n, 1)).astype(np.float32)
-    close(B.moe_shared_add(decode, shared, gate), ref + shared / (1 + np.exp(-gate.astype(np.float64))), 2e-5)
+    for flag in (False, True):  # the shared expert's gated output on top, the routed sum's bits unchanged
+        got = B.moe_experts(x, gu, down, idx, wts, flag, shared, gate)
+        close(got, ref + shared / (1 + np.exp(-gate.astype(np.float64))), 2e-5)
+        routed = decode if not flag else prompt
+        assert np.array_equal(got, routed + shared / (np.float32(1) + np.exp(-gate)))
     for i in range(n):  # decode rows do not depend on each other
         assert np.array_equal(B.moe_experts(x[i:i + 1], gu, down, idx[i:i + 1], wts[i:i + 1])[0], decode[i])
+
+
+@pytest.mark.parametrize("E,H", [(256, 2048), (256, 3072), (512, 4096), (128, 2048), (60, 2048), (8, 64)])
+def test_router_gate_keeps_router_segments(E, H):
+    """The router fused with the shared expert's gate row: qmv cuts K into the same segments as for
+    the router alone, so the router's logits keep their bits (tests/test_kernels_qwen3_5.py checks them)."""
+    from kernels.launch import qmv_split
+    assert qmv_split(E + 1, H) == qmv_split(E, H)
+
+
+def test_moe_loads_router_and_gate_as_one():
+    layer = runner("synthetic:tiny-qwen3.5-moe").model.layers[0]
+    assert "router_gate" in layer and "router" not in layer and "shared_gate" not in layer
+    assert layer["router_gate"].shape[0] == runner("synthetic:tiny-qwen3.5-moe").loaded.config.experts + 1
 
 
 # --- the model -----------------------------------------------------------------------------------

@@ -82,11 +82,19 @@ class Qwen3_5(Qwen3):
         if gu is None:  # mixed formats: fuse dequantized (rare; keeps one op for all)
             gu = np.concatenate([dequantize(gate), dequantize(up)], axis=-2)
         # kind "experts": stacked [E, out, in] weights (a backend may keep its own expert layout)
-        out = {"router": p(W[pre + "gate"]), "experts_gate_up": p(gu, "experts"),
-               "experts_down": p(W[pre + "experts.down_proj"], "experts")}
-        if pre + "shared_expert.gate_proj" in W:
-            out["shared"] = self.load_mlp(W, pre + "shared_expert.")
-            out["shared_gate"] = p(W[pre + "shared_expert_gate"])
+        out = {"experts_gate_up": p(gu, "experts"), "experts_down": p(W[pre + "experts.down_proj"], "experts")}
+        router = W[pre + "gate"]
+        if pre + "shared_expert.gate_proj" not in W:
+            out["router"] = p(router)
+            return out
+        out["shared"] = self.load_mlp(W, pre + "shared_expert.")
+        # one product for [router logits | shared gate logit] where the formats agree; on the GPU a
+        # row's bits are those of the router alone (the products' K segments stay: test_qwen3_5)
+        both = fuse([router, W[pre + "shared_expert_gate"]])
+        if both is not None:
+            out["router_gate"] = p(both)
+        else:
+            out["router"], out["shared_gate"] = p(router), p(W[pre + "shared_expert_gate"])
         return out
 
     # --- recurrent state -------------------------------------------------------------------
@@ -165,12 +173,19 @@ class Qwen3_5(Qwen3):
         return o
 
     def mlp(self, layer: dict, h, rows: Rows):
-        if "router" not in layer:
+        if "experts_down" not in layer:
             return super().mlp(layer, h, rows)
-        b = self.b
-        experts, weights = b.moe_route(b.linear(h, layer["router"], rows.pad_to), self.cfg.top_k)
-        out = b.moe_experts(h, layer["experts_gate_up"], layer["experts_down"], experts, weights, rows.prompt)
-        if "shared" in layer:
+        b, E = self.b, self.cfg.experts
+        shared = gate = None
+        if "router_gate" in layer:
+            y = b.linear(h, layer["router_gate"], rows.pad_to)
+            logits, gate = y[:, :E], y[:, E:]
+        else:
+            logits = b.linear(h, layer["router"], rows.pad_to)
+            if "shared" in layer:
+                gate = b.linear(h, layer["shared_gate"], rows.pad_to)
+        experts, weights = b.moe_route(logits, self.cfg.top_k)
+        if "shared" in layer:  # added under its gate in the experts' combination
             shared = super().mlp(layer["shared"], h, rows)
-            out = b.moe_shared_add(out, shared, b.linear(h, layer["shared_gate"], rows.pad_to))
-        return out
+        return b.moe_experts(h, layer["experts_gate_up"], layer["experts_down"], experts, weights, rows.prompt,
+                             shared, gate)

@@ -122,12 +122,13 @@ class Qwen35Ops:
         return experts, weights
 
     @staticmethod
-    def _product(w, experts, x, ldx: int, xj: bool, y, prompt: bool, xm: int = 0, x2=None, ldx2: int = 0):
+    def _product(w, experts, slots, x, ldx: int, xj: bool, y, prompt: bool, xm: int = 0, x2=None, ldx2: int = 0):
         """y[rj] = f(x[rj // k or rj]) @ W_e^T for each (row, choice) rj; f by xm: 0 x, 1 silu(x)·x2.
-        Each product takes its weight's own kernel (a GGUF file mixes layouts: Q4_K gate_up, Q6_K down)."""
+        Each product takes its weight's own kernel (a GGUF file mixes layouts: Q4_K gate_up, Q6_K down);
+        qmv's reads the ids grouped by expert from `slots` (KQ.moe_slots of these experts)."""
         n, k = experts.shape
         if isinstance(w, QExperts):
-            KQ.qmv_experts(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, w.Mp, w.E, experts, k, x, ldx, xj, y,
+            KQ.qmv_experts(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, w.Mp, slots, k, x, ldx, xj, y,
                            xm=xm, x2=x2, ldx2=ldx2, split=not prompt)
             return
         if xm == 1:
@@ -140,7 +141,7 @@ class Qwen35Ops:
             E, M, K = w.shape
             KQ.moe_gemv(0, w, None, None, 0, experts, k, x, ldx, xj, y, M, K, 32, n)
 
-    def moe_experts(self, x, gate_up, down, experts, weights, prompt: bool = False):
+    def moe_experts(self, x, gate_up, down, experts, weights, prompt: bool = False, shared=None, shared_gate=None):
         x, ldx = self._q_rows(x, 2)
         n, H = x.shape
         k = experts.shape[1]
@@ -151,24 +152,22 @@ class Qwen35Ops:
             return out
         experts = cupy.ascontiguousarray(experts, dtype=cupy.int32)
         weights = self._q_f32(weights)
+        # one grouping for both products: it depends on the ids and the expert count only
+        slots = (KQ.moe_slots(experts, gate_up.shape[0])
+                 if isinstance(gate_up, QExperts) or isinstance(down, QExperts) else None)
         gu = cupy.empty((n * k, M1), cupy.float32)
-        self._product(gate_up, experts, x, ldx, False, gu, prompt)
+        self._product(gate_up, experts, slots, x, ldx, False, gu, prompt)
         y = cupy.empty((n * k, H), cupy.float32)
         if isinstance(down, QExperts) and I % 4 != 0:  # qmv's x2 loads are 16-byte aligned
             act = cupy.empty((n * k, I), cupy.float32)
             KQ.moe_swiglu(gu, act, I, n * k)
-            self._product(down, experts, act, I, True, y, prompt)
+            self._product(down, experts, slots, act, I, True, y, prompt)
         else:  # SwiGLU folded into the down product's input (qmv) or a kernel of its own (moe_gemv)
-            self._product(down, experts, gu, M1, True, y, prompt, xm=1, x2=gu[:, I:], ldx2=M1)
-        KQ.moe_combine(y, weights, k, out, H, n)
-        return out
-
-    def moe_shared_add(self, routed, shared, gate):
-        r, ldr = self._q_rows(routed, 2)
-        s, lds = self._q_rows(shared, 2)
-        gt, ldg = self._q_rows(gate, 2)
-        n, H = r.shape
-        out = cupy.empty((n, H), cupy.float32)
-        if n:
-            KQ.moe_shared_add(r, ldr, s, lds, gt, ldg, out, H, n)
+            self._product(down, experts, slots, gu, M1, True, y, prompt, xm=1, x2=gu[:, I:], ldx2=M1)
+        if shared is None:
+            KQ.moe_combine(y, weights, k, out, H, n)
+        else:
+            s, lds = self._q_rows(shared, 2)
+            gt, ldg = self._q_rows(shared_gate, 2)
+            KQ.moe_combine(y, weights, k, out, H, n, s, lds, gt, ldg)
         return out

@@ -348,13 +348,11 @@ class NumpyBackend:
         w = np.take_along_axis(p, idx, axis=-1)
         return idx, (w / w.sum(-1, keepdims=True)).astype(np.float32)
 
-    def moe_shared_add(self, routed: np.ndarray, shared: np.ndarray, gate: np.ndarray) -> np.ndarray:
-        """routed + sigmoid(gate)·shared: the shared expert's output [n, H] under its scalar gate logit [n, 1]."""
-        return routed + shared / (np.float32(1.0) + np.exp(-gate.astype(np.float32)))
-
     def moe_experts(self, x: np.ndarray, gate_up: np.ndarray, down: np.ndarray, experts: np.ndarray,
-                    weights: np.ndarray, prompt: bool = False) -> np.ndarray:
-        """Σ_j weights[:, j] · down_e(silu(gate_e x) ⊙ up_e x) over each row's experts e = experts[:, j].
+                    weights: np.ndarray, prompt: bool = False, shared: np.ndarray | None = None,
+                    shared_gate: np.ndarray | None = None) -> np.ndarray:
+        """Σ_j weights[:, j] · down_e(silu(gate_e x) ⊙ up_e x) over each row's experts e = experts[:, j],
+        then, where `shared` [n, H] is given, + sigmoid(shared_gate)·shared (its scalar gate logit [n, 1]).
 
         x [n, H]; gate_up [E, 2I, H] (first I rows gate), down [E, H, I]; experts, weights [n, k].
         Decode rows (prompt=False): expert GEMVs row by row, summed in top-k order. A prompt chunk
@@ -371,11 +369,13 @@ class NumpyBackend:
                     gu = gate_up[e] @ x[i]
                     a = gu[:I] / (np.float32(1.0) + np.exp(-gu[:I])) * gu[I:]
                     out[i] += weights[i, j] * (down[e] @ a)
+        else:
+            for e in np.unique(experts):
+                r, j = np.nonzero(experts == e)
+                gu = x[r] @ gate_up[e].T
+                a = gu[:, :I] / (np.float32(1.0) + np.exp(-gu[:, :I])) * gu[:, I:]
+                out[r] += weights[r, j][:, None] * (a @ down[e].T)
+        if shared is None:
             return out
-        for e in np.unique(experts):
-            r, j = np.nonzero(experts == e)
-            gu = x[r] @ gate_up[e].T
-            a = gu[:, :I] / (np.float32(1.0) + np.exp(-gu[:, :I])) * gu[:, I:]
-            out[r] += weights[r, j][:, None] * (a @ down[e].T)
-        return out
+        return out + shared / (np.float32(1.0) + np.exp(-shared_gate.astype(np.float32)))
 
