@@ -79,6 +79,13 @@ extern "C" __global__ void deltanet_gates(const float* __restrict__ a, i64 lda, 
   beta[idx] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b[i * ldb + h])));
 }
 
+// Rows per tile of a prompt chunk: their q̂, k̂, v, e^g and β are staged in shared memory and the norms
+// computed in parallel, so the per-token loop reads only shared memory and never waits at a barrier.
+constexpr int SCAN_TILE = 16;
+// Columns of S per block (grid z = ceil(Dv / SCAN_COLS)): columns evolve independently given k̂, β and
+// g, so a head spreads over several SMs, each scheduler with few warps. kernels/launch_qwen3_5.py mirrors it.
+constexpr int SCAN_COLS = 32;
+
 // The gated delta rule over T consecutive rows of each of nseq sequences — decode rows: nseq = n,
 // T = 1, one lane each; a prompt chunk: nseq = 1, T rows of lanes[0] (the recurrent form: the numpy
 // twin of a prompt is the chunked form, equal within rounding). Per value head h (key head
@@ -86,72 +93,114 @@ extern "C" __global__ void deltanet_gates(const float* __restrict__ a, i64 lda, 
 // S ← e^g S; δ = β(v − Sᵀk̂); S ← S + k̂ δᵀ; o = Sᵀq̂.
 // q, k [rows, Hk, DK] (row strides ldq, ldk; heads contiguous), v [rows, Hv, Dv] (row stride ldv),
 // g, beta [rows, Hv] contiguous, state [slots, Hv, DK, Dv], lanes [nseq]; out [rows, Hv, Dv].
-// grid = (nseq, Hv), block = G·Dv rounded up to a multiple of 32: G adjacent threads share column
-// j = tid / G of S, each keeping DK/G of its rows in registers (pair sums by xor shuffles, the same
-// bits in every thread); warp 0 computes the norms.
+// grid = (nseq, Hv, ceil(Dv / SCAN_COLS)), block = G·SCAN_COLS: G adjacent threads share column
+// j = z·SCAN_COLS + tid / G of S, each keeping DK/G of its rows in registers (pair sums by xor
+// shuffles, the same bits in every thread); warp w computes the norms of the tile's rows w, w + warps, ...
+// A token's arithmetic is the same whatever T, the tile or the grid: decode and prompt rows agree bit for bit.
 template <int DK, int G>
-__global__ void deltanet_scan(const float* __restrict__ q, i64 ldq, const float* __restrict__ k, i64 ldk,
-                              const float* __restrict__ v, i64 ldv, const float* __restrict__ g,
-                              const float* __restrict__ beta, float* __restrict__ state,
-                              const int* __restrict__ lanes, int slots, float* __restrict__ out, int T, int Hk,
-                              int Hv, int Dv, float qscale) {
-  constexpr int R = DK / G;
-  __shared__ float qs[DK], ks[DK], red[2];
-  const int seq = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31;
-  const int j = threadIdx.x / G, part = threadIdx.x % G, r0 = part * R;
+__global__ void __launch_bounds__(G * SCAN_COLS)
+    deltanet_scan(const float* __restrict__ q, i64 ldq, const float* __restrict__ k, i64 ldk,
+                  const float* __restrict__ v, i64 ldv, const float* __restrict__ g, const float* __restrict__ beta,
+                  float* __restrict__ state, const int* __restrict__ lanes, int slots, float* __restrict__ out, int T,
+                  int Hk, int Hv, int Dv, float qscale) {
+  // A part's rows sit at stride P (4 floats of padding) so the G parts of a warp read distinct banks.
+  constexpr int R = DK / G, P = R + 4, DP = G * P;
+  __shared__ __align__(16) float qs[SCAN_TILE * DP];
+  __shared__ __align__(16) float ks[SCAN_TILE * DP];
+  __shared__ float vs[SCAN_TILE * SCAN_COLS], ds[SCAN_TILE], bs[SCAN_TILE];
+  const int seq = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  const int c = threadIdx.x / G, part = threadIdx.x % G, j = blockIdx.z * SCAN_COLS + c;
   const int kh = h / (Hv / Hk);
   const bool on = j < Dv;
   float* S = state + ((i64)dn_slot(lanes[seq], slots) * Hv + h) * DK * Dv;
   float s[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) s[r] = on ? S[(i64)(r0 + r) * Dv + j] : 0.0f;
-  for (int t = 0; t < T; ++t) {
-    const i64 row = (i64)seq * T + t;
-    for (int d = threadIdx.x; d < DK; d += blockDim.x) {
-      qs[d] = q[row * ldq + (i64)kh * DK + d];
-      ks[d] = k[row * ldk + (i64)kh * DK + d];
+  for (int r = 0; r < R; ++r) s[r] = on ? S[(i64)(part * R + r) * Dv + j] : 0.0f;
+  for (int t0 = 0; t0 < T; t0 += SCAN_TILE) {
+    const int nt = min(SCAN_TILE, T - t0);
+    const i64 row0 = (i64)seq * T + t0;
+    for (int x = threadIdx.x; x < nt * DK; x += blockDim.x) {
+      const int t = x / DK, d = x - t * DK, at = t * DP + (d / R) * P + d % R;
+      qs[at] = q[(row0 + t) * ldq + (i64)kh * DK + d];
+      ks[at] = k[(row0 + t) * ldk + (i64)kh * DK + d];
+    }
+    for (int x = threadIdx.x; x < nt * SCAN_COLS; x += blockDim.x) {
+      const int t = x / SCAN_COLS, jj = blockIdx.z * SCAN_COLS + (x - t * SCAN_COLS);
+      vs[x] = jj < Dv ? v[(row0 + t) * ldv + (i64)h * Dv + jj] : 0.0f;
+    }
+    for (int t = threadIdx.x; t < nt; t += blockDim.x) {
+      ds[t] = expf(g[(row0 + t) * Hv + h]);
+      bs[t] = beta[(row0 + t) * Hv + h];
     }
     __syncthreads();
-    if (threadIdx.x < 32) {
+    for (int t = warp; t < nt; t += warps) {  // one warp per row, in place: lane-strided sums, then warp_sum
+      float* qr = qs + t * DP;
+      float* kr = ks + t * DP;
       float sq = 0.0f, sk = 0.0f;
       for (int d = lane; d < DK; d += 32) {
-        sq = __fadd_rn(sq, __fmul_rn(qs[d], qs[d]));
-        sk = __fadd_rn(sk, __fmul_rn(ks[d], ks[d]));
+        const int at = (d / R) * P + d % R;
+        sq = __fadd_rn(sq, __fmul_rn(qr[at], qr[at]));
+        sk = __fadd_rn(sk, __fmul_rn(kr[at], kr[at]));
       }
       sq = warp_sum(sq);
       sk = warp_sum(sk);
-      if (lane == 0) {
-        red[0] = __fdiv_rn(qscale, __fsqrt_rn(__fadd_rn(sq, 1e-6f)));
-        red[1] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(sk, 1e-6f)));
+      const float rq = __fdiv_rn(qscale, __fsqrt_rn(__fadd_rn(sq, 1e-6f)));
+      const float rk = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(sk, 1e-6f)));
+      for (int d = lane; d < DK; d += 32) {
+        const int at = (d / R) * P + d % R;
+        qr[at] = __fmul_rn(qr[at], rq);
+        kr[at] = __fmul_rn(kr[at], rk);
       }
     }
     __syncthreads();
-    const float rq = red[0], rk = red[1];
-    const float dec = on ? expf(g[row * Hv + h]) : 0.0f, bt = on ? beta[row * Hv + h] : 0.0f;
-    const float vj = on ? v[row * ldv + (i64)h * Dv + j] : 0.0f;
+    const float* kt = ks + part * P;
+    const float* qt = qs + part * P;
     float m = 0.0f;
+    {
+      const float dec = on ? ds[0] : 0.0f;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      s[r] = __fmul_rn(s[r], dec);
-      m = __fmaf_rn(s[r], __fmul_rn(ks[r0 + r], rk), m);
+      for (int r = 0; r < R; ++r) {
+        s[r] = __fmul_rn(s[r], dec);
+        m = __fmaf_rn(s[r], kt[r], m);
+      }
     }
+    for (int t = 0; t < nt; ++t) {
 #pragma unroll
-    for (int o = 1; o < G; o <<= 1) m = __fadd_rn(m, __shfl_xor_sync(FULL_MASK, m, o));
-    const float delta = __fmul_rn(bt, __fsub_rn(vj, m));
-    float o = 0.0f;
+      for (int o = 1; o < G; o <<= 1) m = __fadd_rn(m, __shfl_xor_sync(FULL_MASK, m, o));
+      const float bt = on ? bs[t] : 0.0f;
+      const float delta = __fmul_rn(bt, __fsub_rn(vs[t * SCAN_COLS + c], m));
+      const float* kr = kt + t * DP;
+      const float* qr = qt + t * DP;
+      float o = 0.0f;
+      if (t + 1 < nt) {  // the next token's decay and Sᵀk̂ run beside this token's Sᵀq̂: two independent chains
+        const float dec = on ? ds[t + 1] : 0.0f;
+        const float* kn = kr + DP;
+        float mn = 0.0f;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      s[r] = __fmaf_rn(__fmul_rn(ks[r0 + r], rk), delta, s[r]);
-      o = __fmaf_rn(s[r], __fmul_rn(qs[r0 + r], rq), o);
+        for (int r = 0; r < R; ++r) {
+          s[r] = __fmaf_rn(kr[r], delta, s[r]);
+          o = __fmaf_rn(s[r], qr[r], o);
+          s[r] = __fmul_rn(s[r], dec);
+          mn = __fmaf_rn(s[r], kn[r], mn);
+        }
+        m = mn;
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          s[r] = __fmaf_rn(kr[r], delta, s[r]);
+          o = __fmaf_rn(s[r], qr[r], o);
+        }
+      }
+#pragma unroll
+      for (int x = 1; x < G; x <<= 1) o = __fadd_rn(o, __shfl_xor_sync(FULL_MASK, o, x));
+      if (on && part == 0) out[((row0 + t) * Hv + h) * Dv + j] = o;
     }
-#pragma unroll
-    for (int x = 1; x < G; x <<= 1) o = __fadd_rn(o, __shfl_xor_sync(FULL_MASK, o, x));
-    if (on && part == 0) out[(row * Hv + h) * Dv + j] = o;
-    __syncthreads();  // the next token overwrites qs, ks and red
+    __syncthreads();  // the next tile overwrites the staged rows
   }
   if (on) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) S[(i64)(r0 + r) * Dv + j] = s[r];
+    for (int r = 0; r < R; ++r) S[(i64)(part * R + r) * Dv + j] = s[r];
   }
 }
 

@@ -12,6 +12,7 @@ from . import launch as L
 
 i32, i64, f32 = np.int32, np.int64, np.float32
 SCAN_DK = (8, 16, 32, 64, 128, 256)  # key head dims deltanet_scan is instantiated for
+SCAN_COLS = 32  # columns of the state per deltanet_scan block: deltanet.cu's SCAN_COLS
 CONV_WIDTHS = (4,)  # conv1d kernel sizes of the supported models (Qwen3.5 / 3.6: linear_conv_kernel_dim 4)
 MOE_BITS = (0, 4, 8)  # moe_gemv: float32 experts (0) or affine 4/8-bit codes
 
@@ -43,12 +44,10 @@ def deltanet_scan(q, ldq: int, k, ldk: int, v, ldv: int, g, beta, state, lanes, 
     if DK not in SCAN_DK:
         raise ValueError(f"deltanet_scan: key head dim {DK} is not one of {SCAN_DK}")
     G = scan_split(DK)
-    threads = -(-(G * Dv) // 32) * 32
-    if threads > 1024:
-        raise ValueError(f"deltanet_scan: value head dim {Dv} is beyond {1024 // G}")
     f = function("deltanet.cu", "deltanet_scan<%d, %d>" % (DK, G))
-    f((nseq, Hv), (threads,), (q, i64(ldq), k, i64(ldk), v, i64(ldv), g, beta, state, lanes, i32(slots), out, i32(T),
-                               i32(Hk), i32(Hv), i32(Dv), f32(qscale)))
+    f((nseq, Hv, -(-Dv // SCAN_COLS)), (G * SCAN_COLS,),
+      (q, i64(ldq), k, i64(ldk), v, i64(ldv), g, beta, state, lanes, i32(slots), out, i32(T), i32(Hk), i32(Hv),
+       i32(Dv), f32(qscale)))
 
 
 def gated_rmsnorm(x, z, ldz: int, w, y, D: int, eps: float, rows: int, heads: int):

@@ -98,7 +98,7 @@ def inputs(rng, n, hk, hv, dk, dv):
 
 
 @pytest.mark.parametrize("hk,hv,dk,dv", [(2, 4, 16, 16), (2, 4, 8, 8), (4, 8, 128, 128), (1, 3, 64, 32),
-                                         (2, 2, 256, 64)])
+                                         (2, 2, 256, 64), (16, 32, 128, 128), (2, 4, 64, 48)])
 def test_deltanet_step(gb, hk, hv, dk, dv):
     rng = np.random.default_rng(dk + dv)
     n = 5
@@ -132,6 +132,46 @@ def test_deltanet_prompt(gb, T, dk, dv):
     assert rel(host(out), ref) < 1e-4
     assert rel(host(d), ref_state) < 1e-4
     assert np.array_equal(host(d)[[0, 2]], st[[0, 2]])
+
+
+def test_deltanet_prompt_wide(gb):
+    """The Qwen3.6-35B-A3B shape (Hk 16, Hv 32, Dk = Dv = 128), a 128-row chunk: several tiles of staged
+    rows and several blocks per head."""
+    rng = np.random.default_rng(35)
+    q, k, v, g, beta = inputs(rng, 128, 16, 32, 128, 128)
+    st = rng.normal(0, .3, (2, 32, 128, 128)).astype(np.float32)
+    ref_state = st.copy()
+    ref = NB.deltanet_prompt(q, k, v, g, beta, ref_state, 0, 64)
+    d = cupy.asarray(st)
+    out = gb.deltanet_prompt(*map(cupy.asarray, (q, k, v, g, beta)), d, 0, 64)
+    assert rel(host(out), ref) < 1e-4
+    assert rel(host(d), ref_state) < 1e-4
+    assert np.array_equal(host(d)[1], st[1])
+
+
+@pytest.mark.parametrize("hk,hv,dk,dv,T", [(16, 32, 128, 128, 40), (2, 4, 16, 16, 19), (2, 2, 256, 64, 17)])
+def test_deltanet_steps_are_prompt_bits(gb, hk, hv, dk, dv, T):
+    """Decode rows one at a time give the bits of the same rows as one prompt chunk (resumed and
+    drafted streams rely on it), across tile boundaries; and a chunk's first row gives a decode
+    batch's bits for that row."""
+    rng = np.random.default_rng(T + dk)
+    q, k, v, g, beta = inputs(rng, T, hk, hv, dk, dv)
+    st = rng.normal(0, .3, (3, hv, dk, dv)).astype(np.float32)
+    whole_state = cupy.asarray(st)
+    whole = host(gb.deltanet_prompt(*map(cupy.asarray, (q, k, v, g, beta)), whole_state, 1, 64))
+    step_state = cupy.asarray(st)
+    steps = np.concatenate([host(gb.deltanet_step(*(cupy.asarray(a[t:t + 1]) for a in (q, k, v, g, beta)), step_state,
+                                                  np.array([1], np.int32))) for t in range(T)])
+    assert np.array_equal(steps, whole) and np.array_equal(host(step_state), host(whole_state))
+    # row 0 decoded beside another lane's row (lane 0 holds the chunk's start state too)
+    both = np.concatenate([st[1:2], st[1:2], st[2:3]])
+    d2 = cupy.asarray(both)
+    q2, k2, v2, g2, b2 = inputs(rng, 1, hk, hv, dk, dv)
+    batch = [np.concatenate([a[:1], b]) for a, b in zip((q, k, v, g, beta), (q2, k2, v2, g2, b2))]
+    out = host(gb.deltanet_step(*map(cupy.asarray, batch), d2, np.array([0, 2], np.int32)))
+    first_state = cupy.asarray(st)
+    first = host(gb.deltanet_prompt(*(cupy.asarray(a[:1]) for a in (q, k, v, g, beta)), first_state, 1, 64))
+    assert np.array_equal(out[0], first[0]) and np.array_equal(host(d2)[0], host(first_state)[1])
 
 
 def test_gated_rmsnorm(gb):
