@@ -21,15 +21,36 @@ DEV float conv_point(const float* __restrict__ wc, const float* win) {
   return acc;
 }
 
+// g = -exp(A_log)·softplus(a + dt_bias) (softplus(x) = x above 20, as torch), beta = sigmoid(b), at
+// head h of a row (deltanet_gates and the decode conv's gate block share it: the same bits).
+DEV void gates_at(float a, float b, int h, const float* __restrict__ a_log, const float* __restrict__ dt_bias,
+                  float* g, float* beta) {
+  const float x = __fadd_rn(a, dt_bias[h]);
+  const float sp = x > 20.0f ? x : log1pf(expf(x));
+  *g = -__fmul_rn(expf(a_log[h]), sp);
+  *beta = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b)));
+}
+
 // Decode rows: x [n, C] (row stride ldx), w [C, K], state [slots, C, K-1] (oldest row first),
-// lanes [n]; out [n, C] = silu(conv). grid = (ceil(C/256), n), block = 256.
+// lanes [n]; out [n, C] = silu(conv). With a != nullptr one more block per row writes the row's
+// gates (g, beta [n, Hv]) from a, b [n, Hv] (row strides lda, ldb): one launch for both.
+// grid = (ceil(C/256) (+1 with gates), n), block = 256.
 template <int K>
 __global__ void __launch_bounds__(256) conv1d_step(const float* __restrict__ x, i64 ldx, const float* __restrict__ w,
                                                    float* __restrict__ state, const int* __restrict__ lanes,
-                                                   int slots, float* __restrict__ out, int C) {
+                                                   int slots, float* __restrict__ out, int C,
+                                                   const float* __restrict__ a, i64 lda, const float* __restrict__ b,
+                                                   i64 ldb, const float* __restrict__ a_log,
+                                                   const float* __restrict__ dt_bias, float* __restrict__ g,
+                                                   float* __restrict__ beta, int Hv) {
+  const i64 i = blockIdx.y;
+  if (a != nullptr && blockIdx.x == gridDim.x - 1) {
+    for (int h = threadIdx.x; h < Hv; h += 256)
+      gates_at(a[i * lda + h], b[i * ldb + h], h, a_log, dt_bias, g + i * Hv + h, beta + i * Hv + h);
+    return;
+  }
   const int c = blockIdx.x * 256 + threadIdx.x;
   if (c >= C) return;
-  const i64 i = blockIdx.y;
   float* st = state + ((i64)dn_slot(lanes[i], slots) * C + c) * (K - 1);
   float win[K];
 #pragma unroll
@@ -64,8 +85,8 @@ __global__ void __launch_bounds__(256) conv1d_prompt(const float* __restrict__ x
   for (int j = 0; j < K - 1; ++j) st[j] = win[j];
 }
 
-// g = -exp(A_log)·softplus(a + dt_bias) (softplus(x) = x above 20, as torch), beta = sigmoid(b).
-// a, b [n, Hv] (row strides lda, ldb); g, beta [n, Hv] contiguous. grid = ceil(n·Hv/256), block = 256.
+// The gates of rows (prompt chunks): a, b [n, Hv] (row strides lda, ldb); g, beta [n, Hv] contiguous.
+// grid = ceil(n·Hv/256), block = 256.
 extern "C" __global__ void deltanet_gates(const float* __restrict__ a, i64 lda, const float* __restrict__ b, i64 ldb,
                                           const float* __restrict__ a_log, const float* __restrict__ dt_bias,
                                           float* __restrict__ g, float* __restrict__ beta, int Hv, i64 total) {
@@ -73,10 +94,7 @@ extern "C" __global__ void deltanet_gates(const float* __restrict__ a, i64 lda, 
   if (idx >= total) return;
   const i64 i = idx / Hv;
   const int h = (int)(idx - i * Hv);
-  const float x = __fadd_rn(a[i * lda + h], dt_bias[h]);
-  const float sp = x > 20.0f ? x : log1pf(expf(x));
-  g[idx] = -__fmul_rn(expf(a_log[h]), sp);
-  beta[idx] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b[i * ldb + h])));
+  gates_at(a[i * lda + h], b[i * ldb + h], h, a_log, dt_bias, g + idx, beta + idx);
 }
 
 // Rows per tile of a prompt chunk: their q̂, k̂, v, e^g and β are staged in shared memory and the norms

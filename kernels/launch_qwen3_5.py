@@ -18,9 +18,14 @@ MOE_BITS = (0, 4, 8)  # moe_gemv: float32 experts (0) or affine 4/8-bit codes
 
 
 # --- deltanet.cu ------------------------------------------------------------------------------
-def conv1d_step(x, ldx: int, w, state, lanes, slots: int, out, C: int, K: int, rows: int):
+def conv1d_step(x, ldx: int, w, state, lanes, slots: int, out, C: int, K: int, rows: int, gates=None):
+    """The decode rows' conv; with gates = (a, lda, b, ldb, a_log, dt_bias, g, beta, Hv) their gates too,
+    from one more block per row."""
     f = function("deltanet.cu", "conv1d_step<%d>" % K)
-    f(((C + 255) // 256, rows), (256,), (x, i64(ldx), w, state, lanes, i32(slots), out, i32(C)))
+    a, lda, b, ldb, a_log, dt_bias, g, beta, Hv = gates or (None, 0, None, 0, None, None, None, None, 0)
+    f(((C + 255) // 256 + (gates is not None), rows), (256,),
+      (x, i64(ldx), w, state, lanes, i32(slots), out, i32(C), L._ptr(a), i64(lda), L._ptr(b), i64(ldb), L._ptr(a_log),
+       L._ptr(dt_bias), L._ptr(g), L._ptr(beta), i32(Hv)))
 
 
 def conv1d_prompt(x, ldx: int, w, state, slot: int, out, C: int, K: int, T: int):

@@ -86,6 +86,29 @@ def test_deltanet_gates(gb):
     assert rel(host(g), rg) < 2e-6 and rel(host(beta), rb) < 2e-6
 
 
+@pytest.mark.parametrize("hv", [6, 32, 300])
+def test_conv1d_step_gates_is_both_ops(gb, hv):
+    """The decode rows' conv and gates in one launch: the bits of conv1d_step and deltanet_gates."""
+    rng = np.random.default_rng(hv)
+    C, K = 300, 4
+    x, w = rng.normal(size=(3, C)).astype(np.float32), rng.normal(size=(C, K)).astype(np.float32)
+    ab = rng.normal(0, 10, (3, 2 * hv + 5)).astype(np.float32)  # a and b as strided column slices
+    al, dt = rng.normal(size=hv).astype(np.float32), rng.normal(size=hv).astype(np.float32)
+    st = rng.normal(size=(4, C, K - 1)).astype(np.float32)
+    lanes = np.array([2, 0, -1], np.int32)
+    d1, d2 = cupy.asarray(st), cupy.asarray(st)
+    dab = cupy.asarray(ab)
+    a, b = dab[:, 1:1 + hv], dab[:, 3 + hv:3 + 2 * hv]
+    out, g, beta = gb.conv1d_step_gates(cupy.asarray(x), cupy.asarray(w), d1, lanes, a, b, cupy.asarray(al),
+                                        cupy.asarray(dt))
+    ref = gb.conv1d_step(cupy.asarray(x), cupy.asarray(w), d2, lanes)
+    rg, rb = gb.deltanet_gates(a, b, cupy.asarray(al), cupy.asarray(dt))
+    assert np.array_equal(host(out), host(ref)) and np.array_equal(host(d1), host(d2))
+    assert np.array_equal(host(g), host(rg)) and np.array_equal(host(beta), host(rb))
+    ng, nb = NB.deltanet_gates(ab[:, 1:1 + hv], ab[:, 3 + hv:3 + 2 * hv], al, dt)
+    assert rel(host(g), ng) < 2e-6 and rel(host(beta), nb) < 2e-6
+
+
 def inputs(rng, n, hk, hv, dk, dv):
     q = rng.normal(size=(n, hk, dk)).astype(np.float32)
     k = rng.normal(size=(n, hk, dk)).astype(np.float32)

@@ -136,9 +136,10 @@ class Qwen3_5(Qwen3):
         else:
             if rows.prompt:
                 x = b.conv1d_prompt(qkv, layer["conv"], conv, int(rows.lanes[0]))
+                g, beta = b.deltanet_gates(aa, bb, layer["a_log"], layer["dt_bias"])
             else:
-                x = b.conv1d_step(qkv, layer["conv"], conv, rows.lanes)
-            g, beta = b.deltanet_gates(aa, bb, layer["a_log"], layer["dt_bias"])
+                x, g, beta = b.conv1d_step_gates(qkv, layer["conv"], conv, rows.lanes, aa, bb, layer["a_log"],
+                                                 layer["dt_bias"])
             q, k, v = self.split_qkv(x)
             if rows.prompt:
                 o = b.deltanet_prompt(q, k, v, g, beta, rec, int(rows.lanes[0]), DELTANET_CHUNK)
@@ -166,8 +167,8 @@ class Qwen3_5(Qwen3):
             slots = cache.window_slots(rows.lanes[j::W], j)
             if j:
                 cache.fork(li, rows.lanes[j::W], j)
-            x = b.conv1d_step(qkv[j::W], layer["conv"], conv, slots)
-            g, beta = b.deltanet_gates(aa[j::W], bb[j::W], layer["a_log"], layer["dt_bias"])
+            x, g, beta = b.conv1d_step_gates(qkv[j::W], layer["conv"], conv, slots, aa[j::W], bb[j::W],
+                                             layer["a_log"], layer["dt_bias"])
             q, k, v = self.split_qkv(x)
             o[j::W] = b.deltanet_step(q, k, v, g, beta, rec, slots)
         return o

@@ -133,6 +133,9 @@ class Backend(Protocol):
 
     def conv1d_step(self, x: Array, w: Array, conv_state: Array, lanes: Array) -> Array: ...
 
+    def conv1d_step_gates(self, x: Array, w: Array, conv_state: Array, lanes: Array, a: Array, b: Array,
+                          a_log: Array, dt_bias: Array) -> tuple[Array, Array, Array]: ...
+
     def deltanet_gates(self, a: Array, b: Array, a_log: Array, dt_bias: Array) -> tuple[Array, Array]: ...
 
     def deltanet_step(self, q: Array, k: Array, v: Array, g: Array, beta: Array, state: Array,

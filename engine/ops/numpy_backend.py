@@ -241,6 +241,11 @@ class NumpyBackend:
             out[i] = acc / (np.float32(1.0) + np.exp(-acc))
         return out
 
+    def conv1d_step_gates(self, x: np.ndarray, w: np.ndarray, conv_state: np.ndarray, lanes: np.ndarray,
+                          a: np.ndarray, b: np.ndarray, a_log: np.ndarray, dt_bias: np.ndarray):
+        """`conv1d_step` and `deltanet_gates` of decode rows: (out, g, β) (one launch on a GPU)."""
+        return (self.conv1d_step(x, w, conv_state, lanes), *self.deltanet_gates(a, b, a_log, dt_bias))
+
     def deltanet_gates(self, a: np.ndarray, b: np.ndarray, a_log: np.ndarray, dt_bias: np.ndarray):
         """(g, β) of Gated DeltaNet: g = −exp(A_log)·softplus(a + dt_bias) (log decay ≤ 0), β = sigmoid(b).
 
