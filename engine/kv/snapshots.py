@@ -26,6 +26,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from ..errors import LanechatError
+from ..safetensors_dtypes import DTYPES
 from .cache import LaneState
 
 FORMAT = "lanechat-kv"
@@ -148,10 +149,8 @@ class HostLanding:
 
 
 HOST = HostLanding()
-# safetensors dtypes a snapshot's arrays may have (raw K/V bits, fp8 scales, fp32 state, fp16 rings, ids)
-_DTYPES = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "U16": np.uint16, "I16": np.int16, "U32": np.uint32,
-           "I32": np.int32, "U64": np.uint64, "I64": np.int64, "F16": np.float16, "F32": np.float32,
-           "F64": np.float64}
+# safetensors dtypes a snapshot's arrays may have: K/V are kept as raw bits (U16 / U8), never BF16 or fp8
+_DTYPES = {k: v for k, v in DTYPES.items() if k not in ("BF16", "F8_E4M3")}
 
 
 def load(path: Path, fingerprint: str, kv_dtype: str, landing: Landing = HOST,
@@ -215,7 +214,7 @@ def _read(raw, name: str, landing: Landing, spent: dict[str, float]) -> tuple[st
                 raise SnapshotError(f"{name}: holds a tensor of dtype {info['dtype']}, which no snapshot has")
             begin, end = info["data_offsets"]
             where = HOST if tname == "tokens" else landing
-            dest = tensors[tname] = where.empty(tuple(info["shape"]), np.dtype(_DTYPES[info["dtype"]]))
+            dest = tensors[tname] = where.empty(tuple(info["shape"]), _DTYPES[info["dtype"]])
             raw.seek(8 + size + begin)
             h.update(tname.encode())
             for offset in range(0, end - begin, where.chunk_bytes):

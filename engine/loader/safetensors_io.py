@@ -10,20 +10,13 @@ import mmap
 import struct
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
 from .. import jsonfile
 from ..config import read_json, shown
 from ..errors import ModelError
+from ..safetensors_dtypes import DTYPES
 
-DTYPES: dict[str, np.dtype] = {
-    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
-    "BF16": np.dtype(ml_dtypes.bfloat16), "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
-    "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"), "U8": np.dtype("u1"),
-    "BOOL": np.dtype("?"),
-}
 FLOATS = ("F64", "F32", "F16", "BF16")
 MAX_HEADER = 100 * 1024 * 1024  # the format's own limit; a larger length means a corrupt file
 MAX_DIMS = 8  # no weight has more; numpy itself stops at 64
