@@ -206,8 +206,11 @@ def test_a_remote_tab_and_a_local_tab_at_once_and_the_server_dying_fails_only_it
         assert window.status.remote.isVisible() and not window.status.plan.isVisible()
 
         send(qtbot, far, "Tell me a long story")
+        far_reply = far.conversation.messages[-1]
+        # the local reply ends at its 512-token context: it starts once the remote one streams
+        qtbot.waitUntil(lambda: bool(far_reply.text), timeout=60000)
         send(qtbot, near, "And you a short one")
-        far_reply, near_reply = far.conversation.messages[-1], near.conversation.messages[-1]
+        near_reply = near.conversation.messages[-1]
         both = []
 
         def streaming():
