@@ -64,17 +64,6 @@ __global__ void __launch_bounds__(64) kv_write(const float* __restrict__ k, i64 
 // the last group to finish. Dynamic shared memory: decode_smem() in launch.py.
 // part: [n, H, nch, D + 2]; gpart: [n, H, ngroups, D + 2]; counters [n * KH * (ngroups + 1)], zero.
 
-DEV u32 smem_u32(const void* p) {
-  u32 a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
-DEV void cp_async16(u32 dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
-}
-DEV void cp_async_commit_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
-}
 
 // 8 stored K/V elements at p (bf16: 4 words, fp8: 2 words; 16- or 8-byte aligned) as floats, exactly.
 template <int KV8>
@@ -197,8 +186,8 @@ __global__ void __launch_bounds__(256, 3) attn_decode(const float* __restrict__ 
   for (int e = tid; e < nk * QW; e += 256) {
     const int j = e / QW, w4 = e % QW;
     const i64 off = (slot_s[j] * KH + kh) * RW + 4 * w4;
-    cp_async16(smem_u32(kt + j * PW + 4 * w4), (const u32*)kc + off);
-    cp_async16(smem_u32(vt + j * PW + 4 * w4), (const u32*)vc + off);
+    cp_async16(smem_addr(kt + j * PW + 4 * w4), (const u32*)kc + off);
+    cp_async16(smem_addr(vt + j * PW + 4 * w4), (const u32*)vc + off);
   }
   if (KV8 && tid < nk) {
     ksc_s[tid] = ksc[slot_s[tid] * KH + kh];

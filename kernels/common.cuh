@@ -62,6 +62,22 @@ DEV u32 smem_addr(const void* p) {
   return a;
 }
 
+// 16 bytes global -> shared without registers; the zero-filling form copies `bytes` (0 or 16) and
+// zeroes the rest (rows past a block's last).
+DEV void cp_async16(u32 dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+}
+DEV void cp_async16z(u32 dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
+}
+DEV void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+DEV void cp_async_commit_wait_all() {
+  cp_async_commit();
+  cp_async_wait<0>();
+}
+
 // Four 8x8 b16 matrices from shared memory (lane i gives the address of row i % 8 of matrix i / 8);
 // .trans hands each thread columns instead of rows.
 DEV void ldsm4(u32* r, const void* p) {

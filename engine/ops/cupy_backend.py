@@ -256,6 +256,8 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         RMSNorm or SiLU-gate input is computed by the product as it stages its input."""
         self._use()
         if isinstance(w, QWeight):
+            if pad_to and w.bits == 4:
+                return self._qgemm(x, w, pad_to)
             return self._qlinear(x, w)
         x = self._rows2d(x)
         n = x.shape[0]
@@ -288,6 +290,26 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         y = cupy.empty((n, w.M), cupy.float32)
         if n:
             K.qmv(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, x, x.strides[0] // 4, y, n)
+        return y
+
+    def _qgemm(self, x, w: "QWeight", chunk: int):
+        """A prompt chunk's product on tensor cores (kernels/qgemm.cu), the pending input op staged
+        with it; rounding of its own (fp16 inputs), the same for every row of every chunk."""
+        kw = {}
+        if isinstance(x, Normed) and x.w.shape == (w.K,) and x.w.dtype == cupy.float32:
+            res = x.res
+            kw = dict(xm=2, x2=res, ldx2=0 if res is None else res.strides[0] // 4, nw=x.w, eps=x.eps,
+                      hout=None if x.h_ready else x.h, ldh=w.K)
+            x.h_ready, x = True, x.x
+        elif isinstance(x, SiluMul) and all(aligned_rows(a) for a in (x.g, x.u)):
+            kw = dict(xm=1, x2=x.u, ldx2=x.u.strides[0] // 4)
+            x = x.g
+        else:
+            x = self._rows2d(x)
+        n = x.shape[0]
+        y = cupy.empty((n, w.M), cupy.float32)
+        if n:
+            K.qgemm(w.codes, w.sb, w.st, w.group, w.M, w.K, x, x.strides[0] // 4, y, n, chunk, **kw)
         return y
 
     def concat(self, parts: list, axis: int = -1) -> "cupy.ndarray":
