@@ -27,6 +27,7 @@ from .settings import (
     MAX_TEMPERATURE,
     MAX_TOKEN_ID,
     MAX_TOKENS,
+    PREFILL_PRECISIONS,
     EngineSettings,
     SamplingParams,
 )
@@ -126,6 +127,8 @@ def add_kv(p: argparse.ArgumentParser, parallel: int = 1, context: int = 4096,
     p.add_argument("--memory-gib", type=number(0, MAX_MEMORY_GIB, open_low=True),
                    help="KV memory budget (default: a safe share of free memory)")
     p.add_argument("--prefill-chunk", type=power_of_two(1, MAX_PREFILL_CHUNK), default=128)
+    p.add_argument("--prefill-precision", default="fp16", choices=PREFILL_PRECISIONS,
+                   help="prompt products: fp16 tensor cores (GPU; fast) or exact (near-fp32, as decode)")
     p.add_argument("--prompt-cache-gib", type=number(0, MAX_MEMORY_GIB), default=0.0,
                    help="pool pages the prompt cache may keep for reuse (part of the KV budget; 0 = off)")
     add_drafter(p, drafters)
@@ -146,7 +149,8 @@ def settings_from(a: argparse.Namespace) -> EngineSettings:
     paging = "all" if a.kv_pages_all else ("pages" if a.kv_pages else "off")
     s = EngineSettings(model=getattr(a, "model", None), backend=getattr(a, "backend", "auto"), parallel=a.parallel,
                        context=a.context, kv_dtype=a.kv_dtype, paging=paging, page_tokens=a.kv_pages or 256,
-                       memory_gib=a.memory_gib, prefill_chunk=a.prefill_chunk, drafter=a.drafter,
+                       memory_gib=a.memory_gib, prefill_chunk=a.prefill_chunk,
+                       prefill_precision=a.prefill_precision, drafter=a.drafter,
                        drafter_model=a.drafter_model, draft_tokens=a.draft_tokens, prompt_cache_gib=a.prompt_cache_gib)
     return s.validate()
 

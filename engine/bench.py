@@ -290,7 +290,8 @@ def main(a) -> int:
     paging = "all" if a.kv_pages_all else ("pages" if a.kv_pages else "off")
     s = EngineSettings(model=a.model, backend=a.backend, parallel=a.parallel, context=a.context,
                        kv_dtype=a.kv_dtype, paging=paging, page_tokens=a.kv_pages or 256, memory_gib=a.memory_gib,
-                       prefill_chunk=getattr(a, "prefill_chunk", 128)).validate()
+                       prefill_chunk=getattr(a, "prefill_chunk", 128),
+                       prefill_precision=getattr(a, "prefill_precision", "fp16")).validate()
     drafter = getattr(a, "drafter", "none")
     drafted = replace(s, drafter=drafter, drafter_model=getattr(a, "drafter_model", None),
                       draft_tokens=a.draft_tokens).validate() if drafter != "none" else None
@@ -301,7 +302,7 @@ def main(a) -> int:
     bw = copy_bandwidth(b)
     wbytes = step_weight_bytes(runner.model, 0)
     print(f"bench: {runner.loaded.name} on {b.name} ({b.device}), {s.kv_dtype} KV, parallel {s.parallel}, "
-          f"context {s.context}, prefill chunk {s.prefill_chunk}")
+          f"context {s.context}, prefill chunk {s.prefill_chunk} ({s.prefill_precision})")
     print(sched.plan.line)
     print(f"weights read per decode step: {wbytes / GB:.3f} GB; copy bandwidth {bw / 1e12:.3f} TB/s "
           f"(device-to-device, read + write)")

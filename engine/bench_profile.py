@@ -55,7 +55,7 @@ def profile_chunk(runner, sched, start: int) -> list[tuple[str, tuple, float]]:
         raise PlanError("bench --profile needs a free lane with room for its prompt chunk")
     pos = np.arange(start, start + C)
     rows = Rows(np.full(C, 17), pos, np.tile(sched.lanes.table(lane), (C, 1)), np.full(C, lane.index), True, C,
-                np.array([C - 1]))
+                np.array([C - 1]), fp16=sched.s.prefill_precision == "fp16")
     try:
         runner.model.forward(rows, sched.cache)  # every kernel loaded
         b.synchronize()

@@ -195,7 +195,7 @@ class Scheduler:
             pos = np.arange(start, end)
             return Rows(np.array(seq.tokens[start:end]), pos, np.tile(self.lanes.table(seq.lane), (len(pos), 1)),
                         np.full(len(pos), seq.lane.index), True, self.s.prefill_chunk,
-                        np.array([len(pos) - 1]))
+                        np.array([len(pos) - 1]), fp16=self.s.prefill_precision == "fp16")
         return Rows(np.array([q.tokens[q.computed] for q in seqs]), np.array([q.computed for q in seqs]),
                     np.stack([self.lanes.table(q.lane) for q in seqs]), np.array([q.lane.index for q in seqs]), False)
 

@@ -10,6 +10,9 @@ from .errors import PlanError
 BACKENDS = ("auto", "numpy", "cupy")
 KV_DTYPES = ("bf16", "fp8")
 PAGING = ("off", "pages", "all")
+# How prompt chunks' products round: fp16 inputs and weights on tensor cores (~2^-11 an element, 2.5x
+# faster on the GPU), or exact (the decode products' near-fp32 arithmetic). numpy is always exact.
+PREFILL_PRECISIONS = ("fp16", "exact")
 # Bounds on what a request or a settings file may ask for; past them a value is a mistake, and the
 # shapes built from it (a padded prompt chunk, a lane table) would allocate before any plan is made.
 MAX_PARALLEL, MAX_CONTEXT, MAX_PAGE_TOKENS, MAX_PREFILL_CHUNK = 256, 1 << 24, 1 << 16, 8192
@@ -61,6 +64,7 @@ class EngineSettings:
     page_tokens: int = 256
     memory_gib: float | None = None  # KV budget; None: a safe fraction of free memory
     prefill_chunk: int = 128
+    prefill_precision: str = "fp16"  # PREFILL_PRECISIONS
     drafter: str = "none"  # speculative decoding: none, ngram (prompt lookup), mtp (the checkpoint's own head), dflash2
     drafter_model: str | None = None  # dflash2: the drafter checkpoint folder (or synthetic:dflash2)
     draft_tokens: int = 4  # drafts per verify window (k: the window is k + 1 rows)
@@ -86,6 +90,8 @@ class EngineSettings:
         if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= MAX_PREFILL_CHUNK or c & (c - 1):
             raise PlanError(f"prefill chunk must be a power of two from 1 to {MAX_PREFILL_CHUNK} tokens, "
                             f"got {_shown(c)}")
+        if not isinstance(self.prefill_precision, str) or self.prefill_precision not in PREFILL_PRECISIONS:
+            raise PlanError(f"prefill precision must be fp16 or exact, got {_shown(self.prefill_precision)}")
         if not isinstance(self.drafter, str) or self.drafter not in DRAFTERS:
             raise PlanError(f"drafter must be one of {', '.join(DRAFTERS)}, got {_shown(self.drafter)}")
         _integer("draft tokens", self.draft_tokens, 1, MAX_DRAFT_TOKENS, what="drafts per verify window")

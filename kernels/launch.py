@@ -98,55 +98,45 @@ def qmv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, ldx: int, 
 
 
 # --- qgemm.cu --------------------------------------------------------------------------------
-QG_ROWS = 128  # x rows and weight rows of a qgemm block (QG_BN)
+QG_ROWS = 128  # x rows and weight rows of a qgemm block (QG_BN, QG_BM)
 QG_BLOCKS = 128  # blocks a product's segments aim to fill (a constant: bits never depend on the device)
-QG_STAGES = (3, 2)  # cp.async pipeline depths, the deepest that fits the device's shared memory
+QG_SCALE_WORDS = {0: 1, 1: 1, 2: 2}  # words of a (scale, bias) pair by scale type
 
 
 def qgemm_split(M: int, K: int, chunk: int) -> tuple[int, int]:
     """(KB 64-input stages per segment, P segments) of an [M, K] weight for prompt chunks of `chunk`
-    rows: from the shapes and the chunk setting alone, never the row count of one chunk. KB is even,
-    so a segment holds whole groups of up to 128 inputs."""
+    rows: from the shapes and the chunk setting alone, never the row count of one chunk."""
     kbl = padded_subgroups(K) // 2
     blocks = -(-M // QG_ROWS) * -(-chunk // QG_ROWS)
     P = max(1, min(kbl // 8, QG_BLOCKS // blocks))
     KB = -(-kbl // P)
-    KB += KB & 1
     return KB, -(-kbl // KB)
 
 
-def qgemm_stage_bytes(group: int, st: int) -> int:
-    ng, sbw = (2 if group == 32 else 1), (2 if st == 2 else 1)
-    return QG_ROWS * 256 + 8 * 32 * 16 + 8 * ng * 16 * sbw * 4 + ng * QG_ROWS * 4
-
-
-def qgemm_stages(group: int, st: int, limit: int) -> int:
-    return next((ns for ns in QG_STAGES if ns * qgemm_stage_bytes(group, st) <= limit), QG_STAGES[-1])
+def qgemm_smem(group: int, st: int) -> int:
+    ng = 2 if group == 32 else 1
+    return 3 * (QG_ROWS * 64 * 2 + 8 * 32 * 16 + 8 * ng * 16 * QG_SCALE_WORDS[st] * 4)
 
 
 def qgemm(codes, sb, st: int, group: int, M: int, K: int, x, ldx: int, y, nrows: int, chunk: int, xm: int = 0,
           x2=None, ldx2: int = 0, nw=None, eps: float = 0.0, hout=None, ldh: int = 0):
     """y[:nrows, :M] = f(x) @ W^T for repacked 4-bit W on tensor cores (prompt chunks of `chunk`
-    rows), with f by xm as in qmv; x staged once as fp16 hi + lo rows with power-of-two scales."""
+    rows), with f by xm as in qmv; x staged once as fp16 rows with power-of-two scales."""
     import cupy
     Sp = padded_subgroups(K)
-    RP = -(-nrows // QG_ROWS) * QG_ROWS
-    xs = cupy.empty((RP, Sp * 16), cupy.uint32)
-    gs = cupy.empty(Sp * 32 // group * RP, cupy.float32)
+    xs = cupy.empty((nrows, Sp * 16), cupy.uint32)
     rf = cupy.empty((nrows, 2), cupy.float32)
     function("qgemm.cu", "qgemm_stage<%d>" % xm)(
         (nrows,), (256,), (x, i64(ldx), _ptr(x2), i64(ldx2), _ptr(nw), f32(eps), _ptr(hout), i64(ldh), i32(K),
-                           i32(Sp * 32), i32(group), i32(RP), xs, gs, rf))
+                           i32(Sp * 32), xs, rf))
     KB, P = qgemm_split(M, K, chunk)
     part = cupy.empty(P * nrows * M, cupy.float32) if P > 1 else None
-    ns = qgemm_stages(group, st, smem_optin())
-    f = function("qgemm.cu", "qgemm<%d, %d, %d>" % (group // 32, st, ns))
-    smem = ns * qgemm_stage_bytes(group, st)
+    f = function("qgemm.cu", "qgemm<%d, %d>" % (group // 32, st))
+    smem = qgemm_smem(group, st)
     if f.max_dynamic_shared_size_bytes < smem:
         f.max_dynamic_shared_size_bytes = smem
-    f((-(-M // QG_ROWS), RP // QG_ROWS, P), (256,),
-      (codes, sb, xs, gs, rf, y, i64(y.shape[1]), _ptr(part), i32(nrows), i32(RP), i32(M), i32(Sp), i32(KB)),
-      shared_mem=smem)
+    f((-(-M // QG_ROWS), -(-nrows // QG_ROWS), P), (256,),
+      (codes, sb, xs, rf, y, i64(y.shape[1]), _ptr(part), i32(nrows), i32(M), i32(Sp), i32(KB)), shared_mem=smem)
     if P > 1:
         function("qgemm.cu", "qgemm_reduce")((-(-M // 256), nrows), (256,),
                                              (part, i32(P), i32(nrows), i32(M), rf, y, i64(y.shape[1])))
@@ -305,8 +295,7 @@ def variants() -> list[tuple[str, str]]:
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_EXPERT_TILES for xm in (0, 1)
              for st in QMV_SCALES]  # the expert products (launch_qwen3_5.qmv_experts)
     gemv += [f"{k}<{bits}>" for k in ("embed_q", "dequant") for bits in QMV_BITS]
-    qgemm = ["qgemm<%d, %d, %d>" % (group // 32, st, ns) for group in QMV_GROUPS for st in QMV_SCALES
-             for ns in QG_STAGES]
+    qgemm = ["qgemm<%d, %d>" % (group // 32, st) for group in QMV_GROUPS for st in QMV_SCALES]
     qgemm += ["qgemm_stage<%d>" % xm for xm in QMV_INPUTS] + ["qgemm_reduce"]
     elementwise = ["rmsnorm_rows", "gate_rows", "heads_out"]
     attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode") for kv8 in (0, 1)]

@@ -1,16 +1,22 @@
 // Prompt-chunk products on tensor cores: y[n, m] = sum_k f(x)[n, k] * (s * q[m, k] + b) for the 4-bit
-// affine weights in gemv.cu's tile layout, every weight read once per 128 x rows.
+// affine weights in gemv.cu's tile layout, every weight read once per 128 x rows. The "fp16" prefill
+// precision (EngineSettings.prefill_precision; "exact" keeps qmv's near-fp32 products).
 //
-// Arithmetic (qmv's, as a GEMM): codes enter the MMA exactly (q as fp16), each x row is staged once as
-// fp16 hi + lo (22 bits of mantissa) after a power-of-two scale that puts its largest magnitude in
-// [2^14, 2^15), so fp16's range never clips; per group, y += s * C + b * sum(hi + lo), in fp32.
+// Rounding: each x row is staged once as fp16 after a power-of-two scale that puts its largest
+// magnitude in [2^14, 2^15), so fp16's range never clips and each value keeps 11 bits; each weight is
+// dequantized to fp16 (q exact, one rounding of s*q + b). Products and sums are fp32 in the MMA. (qmv's
+// arithmetic as a GEMM -- exact codes, x as hi + lo, fp32 group scaling -- needs two MMAs a product and
+// a per-group epilogue, and measured no faster than qmv: docs/perf-notes.md.)
 //
 // Exactness: a row's bits depend on its own values and the weight only. The MMA computes each output
 // from its own row and column; K is cut into segments by the weight shape and the prefill chunk
 // (qgemm_split), never by the row count, and segments are added in order.
 #include "common.cuh"
 
-#define QG_BN 128  // x rows a block (and 128 weight rows: 8 tiles of 16)
+#define QG_BM 128     // weight rows a block (8 tiles of 16)
+#define QG_BN 128     // x rows a block
+#define QG_BK 64      // inputs a stage (a pair of 32-input subgroups)
+#define QG_STAGES 3   // cp.async pipeline depth
 
 DEV void mma_f16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
   asm volatile(
@@ -26,12 +32,14 @@ DEV u32 f16x2(float lo, float hi) {
   return r;
 }
 
-// Two 4-bit codes (nibbles i and i+4 of w: inputs 2i, 2i+1) as exact fp16 q: 1024 + q, less 1024.
-DEV u32 code2(u32 w, int i) {
-  u32 c, q;
+// Two 4-bit codes (nibbles i and i+4 of w: inputs 2i, 2i+1) as fp16 s*q + b: 1024 + q is exact, so
+// is the subtraction; the fma rounds once.
+DEV u32 deq2(u32 w, int i, u32 s2, u32 b2) {
+  u32 c, q, r;
   asm("lop3.b32 %0, %1, 0x000f000f, 0x64006400, 0xea;" : "=r"(c) : "r"(w >> (4 * i)));
   asm("sub.f16x2 %0, %1, %2;" : "=r"(q) : "r"(c), "r"(0x64006400u));
-  return q;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(q), "r"(s2), "r"(b2));
+  return r;
 }
 
 // f(x) for 4 inputs at k: XM 0 x; 1 silu(x) * x2; 2 (x [+ x2]) * nw, with h = x + x2 and its square
@@ -55,15 +63,14 @@ DEV float4 stage_in(const float* __restrict__ x, const float* __restrict__ x2, c
   return v;
 }
 
-// One x row a block: f(x) times 2^e as fp16 hi + lo into xs (per 8 inputs: 8 hi, then 8 lo; zeros
-// past K), the group sums of hi + lo into gs [groups][RP], and rf[row] = (2^-e, the RMSNorm's
-// divisor or 1). XM 2 with x2 and hout writes h = x + x2 to hout. grid = rows, block = 256.
+// One x row a block: f(x) times 2^e rounded to fp16 into xs[row, 0..Kp) (zeros past K), and
+// rf[row] = (2^-e, the RMSNorm's divisor or 1). XM 2 with x2 and hout writes h = x + x2 to hout.
+// grid = rows, block = 256.
 template <int XM>
 __global__ void __launch_bounds__(256) qgemm_stage(const float* __restrict__ x, i64 ldx, const float* __restrict__ x2,
                                                    i64 ldx2, const float* __restrict__ nw, float eps,
-                                                   float* __restrict__ hout, i64 ldh, int K, int Kp, int G, int RP,
-                                                   u32* __restrict__ xs, float* __restrict__ gs,
-                                                   float* __restrict__ rf) {
+                                                   float* __restrict__ hout, i64 ldh, int K, int Kp,
+                                                   u32* __restrict__ xs, float* __restrict__ rf) {
   __shared__ float red[2][8];
   const int row = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   x += row * ldx;
@@ -96,170 +103,131 @@ __global__ void __launch_bounds__(256) qgemm_stage(const float* __restrict__ x, 
     rf[2 * row + 1] = XM == 2 ? __fsqrt_rn(__fadd_rn(__fdiv_rn(sq, (float)K), eps)) : 1.0f;
   }
   u32* out = xs + (i64)row * (Kp / 2);
-  const int pieces = Kp / 8, GL = G / 8;
-  for (int j0 = 0; j0 < pieces; j0 += 256) {  // whole warps: the group sums shuffle
-    const int j = j0 + tid, k = 8 * j;
-    float v[8];
-    float4 h;
-    const float4 a = k < K && j < pieces ? stage_in<XM>(x, x2, nw, k, h) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    const float4 b = k < K && j < pieces ? stage_in<XM>(x, x2, nw, k + 4, h) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    u32 hi[4], lo[4];
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float v0 = v[2 * i] * scale, v1 = v[2 * i + 1] * scale;
-      hi[i] = f16x2(v0, v1);
-      const float h0 = f16_to_f32(hi[i]), h1 = f16_to_f32(hi[i] >> 16);
-      lo[i] = f16x2(v0 - h0, v1 - h1);
-      sum = __fadd_rn(sum, __fadd_rn(__fadd_rn(h0, f16_to_f32(lo[i])), __fadd_rn(h1, f16_to_f32(lo[i] >> 16))));
-    }
-    for (int o = 1; o < GL; o <<= 1) sum = __fadd_rn(sum, __shfl_xor_sync(FULL_MASK, sum, o));
-    if (j < pieces) {
-      *(uint4*)(out + 8 * j) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-      *(uint4*)(out + 8 * j + 4) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-      if (j % GL == 0) gs[(i64)(j / GL) * RP + row] = sum;
-    }
+  for (int k = 4 * tid; k < Kp; k += 1024) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f), h;
+    if (k < K) v = stage_in<XM>(x, x2, nw, k, h);
+    *(uint2*)(out + k / 2) = make_uint2(f16x2(v.x * scale, v.y * scale), f16x2(v.z * scale, v.w * scale));
   }
 }
 
-// Stage layout (64 inputs): X [QG_BN rows][16 slots of 16 bytes]: slots 0-7 the hi pieces, 8-15 the lo
-// pieces, piece p at p ^ 4 in odd rows (a fragment load's 8 lanes, rows g and g + 1, fall on distinct
-// banks); codes [8 tiles][32 lanes] uint4; (scale, bias) words [8 tiles][NG groups][16 rows][SBW];
-// group sums [NG][QG_BN].
+// Stage layout: X [QG_BN rows][64 inputs] fp16 (16-byte pieces of odd rows swapped by halves, so a
+// fragment load's 8 lanes of rows g, g+1 fall on distinct banks), codes [8 tiles][32 lanes] uint4,
+// (scale, bias) words [8 tiles][NG groups][16 rows][SBW].
 template <int SUB, int SBT>
 struct QgShape {
   static constexpr int SBW = SBT == 2 ? 2 : 1;
   static constexpr int NG = SUB == 1 ? 2 : 1;  // groups a stage touches
   static constexpr int SWORDS = NG * 16 * SBW;  // per tile
-  static constexpr int XB = QG_BN * 256, CB = 8 * 32 * 16, SB = 8 * SWORDS * 4, GB = NG * QG_BN * 4;
-  static constexpr int STAGE = XB + CB + SB + GB;
+  static constexpr int XB = QG_BN * QG_BK * 2, CB = 8 * 32 * 16, SB = 8 * SWORDS * 4;
+  static constexpr int STAGE = XB + CB + SB;
 };
 
-DEV void sb_pair(const u32* w, int SBT, float& s, float& b) {
-  if (SBT == 2) { s = __uint_as_float(w[0]); b = __uint_as_float(w[1]); }
-  else if (SBT == 0) { s = f16_to_f32(w[0]); b = f16_to_f32(w[0] >> 16); }
-  else { s = bf16_to_f32(w[0]); b = bf16_to_f32(w[0] >> 16); }
+DEV u32 sb_f16x2(const u32* w, int SBT, bool bias) {
+  float v;
+  if (SBT == 2) v = __uint_as_float(w[bias ? 1 : 0]);
+  else if (SBT == 0) v = f16_to_f32(bias ? w[0] >> 16 : w[0]);
+  else v = bf16_to_f32(bias ? w[0] >> 16 : w[0]);
+  return f16x2(v, v);
 }
 
-// grid = (ceil(M / 128), RP / 128, P segments of KB stages), block = 256, NS pipeline stages: warp
-// (wm, wn) = (warp % 4, warp / 4) takes weight tiles 2wm, 2wm+1 and x rows 64wn.. of the block.
-// P == 1: y = acc * rf; else part[p][rows][M] holds the segment's sums for qgemm_reduce. x rows past
-// `rows` (up to RP) hold anything: each output reads its own row only, and theirs are not written.
-template <int SUB, int SBT, int NS>
+// grid = (ceil(M / 128), ceil(rows / 128), P segments of KB stages), block = 256: warp (wm, wn) =
+// (warp % 4, warp / 4) takes weight tiles 2wm, 2wm+1 and x rows 64wn.. of the block.
+// P == 1: y = acc * rf; else part[p][rows][M] holds the segment's sums for qgemm_reduce.
+template <int SUB, int SBT>
 __global__ void __launch_bounds__(256, 1) qgemm(const u32* __restrict__ codes, const u32* __restrict__ sb,
-                                               const u32* __restrict__ xs, const float* __restrict__ gs,
-                                               const float* __restrict__ rf, float* __restrict__ y, i64 ldy,
-                                               float* __restrict__ part, int rows, int RP, int M, int Sp, int KB) {
+                                               const u32* __restrict__ xs, const float* __restrict__ rf,
+                                               float* __restrict__ y, i64 ldy, float* __restrict__ part, int rows,
+                                               int M, int Sp, int KB) {
   using Sh = QgShape<SUB, SBT>;
   constexpr int SBW = Sh::SBW, NG = Sh::NG, SWORDS = Sh::SWORDS;
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int wm = warp & 3, wn = warp >> 2;
   const int mb = blockIdx.x, nb = blockIdx.y, p = blockIdx.z;
-  const int tiles = (M + 15) >> 4;
-  const int kb0 = p * KB, nkb = min(KB, Sp / 2 - kb0);
-  const int Kw = Sp * 16;  // u32 words of an xs row
+  const int tiles = (M + 15) >> 4, nkb_all = Sp / 2;
+  const int kb0 = p * KB, nkb = min(KB, nkb_all - kb0);
+  const int Kw = Sp * 16;  // u32 words of an xs row (fp16 pairs)
 
   auto load = [&](int s, int kb) {
     unsigned char* st = smem + s * Sh::STAGE;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {  // x: 128 rows x (8 hi + 8 lo pieces)
-      const int i = tid + 256 * j, r = i >> 4, lo = (i >> 3) & 1, pc = i & 7;
-      const u32* src = xs + (i64)(nb * QG_BN + r) * Kw + kb * 64 + pc * 8 + lo * 4;
-      cp_async16(smem_addr(st + r * 256 + (8 * lo + (pc ^ ((r & 1) << 2))) * 16), src);
+    for (int j = 0; j < 4; ++j) {  // x: 128 rows x 8 pieces
+      const int i = tid + 256 * j, r = i >> 3, c = i & 7, n = nb * QG_BN + r;
+      const u32* src = xs + (i64)min(n, rows - 1) * Kw + kb * 32 + c * 4;
+      cp_async16z(smem_addr(st + r * 128 + ((c ^ ((r & 1) << 2)) * 16)), src, n < rows ? 16 : 0);
     }
     {  // codes: one 16-byte piece a lane of each tile
       const int T = min(mb * 8 + warp, tiles - 1);
       cp_async16(smem_addr(st + Sh::XB + tid * 16), (const uint4*)codes + ((i64)T * (Sp / 2) + kb) * 32 + lane);
     }
-    const int grp = (kb * 2) / SUB;
     constexpr int PIECES = SWORDS / 4;  // 16-byte pieces of a tile's scale words
     if (tid < 8 * PIECES) {
       const int tt = tid / PIECES, pc = tid % PIECES, T = min(mb * 8 + tt, tiles - 1);
+      const int grp = (kb * 2) / SUB;
       cp_async16(smem_addr(st + Sh::XB + Sh::CB + (tt * SWORDS + pc * 4) * 4),
                  sb + ((i64)T * (Sp / SUB) + grp) * 16 * SBW + pc * 4);
-    } else if (tid >= 128 && tid < 128 + NG * 32) {  // group sums of the block's rows
-      const int gi = (tid - 128) >> 5, c = tid & 31;
-      cp_async16(smem_addr(st + Sh::XB + Sh::CB + Sh::SB + (gi * QG_BN + 4 * c) * 4),
-                 gs + (i64)(grp + gi) * RP + nb * QG_BN + 4 * c);
     }
   };
 
-  float acc[2][8][4], C[2][8][4];
+  float acc[2][8][4];
 #pragma unroll
   for (int a = 0; a < 2; ++a)
 #pragma unroll
     for (int b = 0; b < 8; ++b)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) { acc[a][b][c] = 0.0f; C[a][b][c] = 0.0f; }
-
-  // a group's end: y += s * C + b * (the group's sum of each x row), C restarts
-  auto group_end = [&](const unsigned char* st, int gi) {
-    const u32* ss = (const u32*)(st + Sh::XB + Sh::CB);
-    const float* gsum = (const float*)(st + Sh::XB + Sh::CB + Sh::SB) + gi * QG_BN + 64 * wn + 2 * t;
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      float sc[2], bi[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) sb_pair(ss + (2 * wm + mt) * SWORDS + (gi * 16 + g + 8 * h) * SBW, SBT, sc[h], bi[h]);
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const float2 sx = *(const float2*)(gsum + 8 * nt);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          acc[mt][nt][c] = fmaf(bi[c >> 1], (c & 1) ? sx.y : sx.x, fmaf(sc[c >> 1], C[mt][nt][c], acc[mt][nt][c]));
-          C[mt][nt][c] = 0.0f;
-        }
-      }
-    }
-  };
+      for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.0f;
 
 #pragma unroll
-  for (int s = 0; s < NS - 1; ++s) {
+  for (int s = 0; s < QG_STAGES - 1; ++s) {
     if (s < nkb) load(s, kb0 + s);
     cp_async_commit();
   }
   for (int i = 0; i < nkb; ++i) {
-    cp_async_wait<NS - 2>();
+    cp_async_wait<QG_STAGES - 2>();
     __syncthreads();  // stage i is here for every thread; stage i-1 is free
-    if (i + NS - 1 < nkb) load((i + NS - 1) % NS, kb0 + i + NS - 1);
+    if (i + QG_STAGES - 1 < nkb) load((i + QG_STAGES - 1) % QG_STAGES, kb0 + i + QG_STAGES - 1);
     cp_async_commit();
-    const unsigned char* st = smem + (i % NS) * Sh::STAGE;
+    const unsigned char* st = smem + (i % QG_STAGES) * Sh::STAGE;
     const uint4* cs = (const uint4*)(st + Sh::XB);
+    const u32* ss = (const u32*)(st + Sh::XB + Sh::CB);
     uint4 cw[2];
+    u32 s2[2][2][NG], b2[2][2][NG];  // [m-tile][row g, g + 8][group]
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) cw[mt] = cs[(2 * wm + mt) * 32 + lane];
+    for (int mt = 0; mt < 2; ++mt) {
+      cw[mt] = cs[(2 * wm + mt) * 32 + lane];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int gi = 0; gi < NG; ++gi) {
+          const u32* w = ss + (2 * wm + mt) * SWORDS + (gi * 16 + g + 8 * h) * SBW;
+          s2[mt][h][gi] = sb_f16x2(w, SBT, false);
+          b2[mt][h][gi] = sb_f16x2(w, SBT, true);
+        }
+    }
 #pragma unroll
     for (int sl = 0; sl < 2; ++sl) {
-      u32 A[2][2][4];  // [m-tile][k16 step][fragment]
+      const int gi = NG == 2 ? sl : 0;
+      uint4 bq[8];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int r = 64 * wn + 8 * nt + g, c = 4 * sl + t;
+        bq[nt] = *(const uint4*)(st + r * 128 + ((c ^ ((r & 1) << 2)) * 16));
+      }
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         const u32 w0 = sl ? cw[mt].z : cw[mt].x, w1 = sl ? cw[mt].w : cw[mt].y;  // rows g, g + 8
 #pragma unroll
-        for (int k2 = 0; k2 < 2; ++k2) {
-          A[mt][k2][0] = code2(w0, 2 * k2);
-          A[mt][k2][1] = code2(w1, 2 * k2);
-          A[mt][k2][2] = code2(w0, 2 * k2 + 1);
-          A[mt][k2][3] = code2(w1, 2 * k2 + 1);
+        for (int st2 = 0; st2 < 2; ++st2) {
+          const u32 a0 = deq2(w0, 2 * st2, s2[mt][0][gi], b2[mt][0][gi]);
+          const u32 a1 = deq2(w1, 2 * st2, s2[mt][1][gi], b2[mt][1][gi]);
+          const u32 a2 = deq2(w0, 2 * st2 + 1, s2[mt][0][gi], b2[mt][0][gi]);
+          const u32 a3 = deq2(w1, 2 * st2 + 1, s2[mt][1][gi], b2[mt][1][gi]);
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+            mma_f16(acc[mt][nt], a0, a1, a2, a3, st2 ? bq[nt].z : bq[nt].x, st2 ? bq[nt].w : bq[nt].y);
         }
       }
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const int r = 64 * wn + 8 * nt + g, slot = (4 * sl + t) ^ ((r & 1) << 2);
-        const uint4 bh = *(const uint4*)(st + r * 256 + slot * 16);
-        const uint4 bl = *(const uint4*)(st + r * 256 + (8 + slot) * 16);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          mma_f16(C[mt][nt], A[mt][0][0], A[mt][0][1], A[mt][0][2], A[mt][0][3], bh.x, bh.y);
-          mma_f16(C[mt][nt], A[mt][0][0], A[mt][0][1], A[mt][0][2], A[mt][0][3], bl.x, bl.y);
-          mma_f16(C[mt][nt], A[mt][1][0], A[mt][1][1], A[mt][1][2], A[mt][1][3], bh.z, bh.w);
-          mma_f16(C[mt][nt], A[mt][1][0], A[mt][1][1], A[mt][1][2], A[mt][1][3], bl.z, bl.w);
-        }
-      }
-      if (SUB == 1) group_end(st, sl);
     }
-    if (SUB == 2 || (SUB == 4 && ((kb0 + i) & 1))) group_end(st, 0);
   }
   cp_async_wait<0>();
 

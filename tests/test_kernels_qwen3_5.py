@@ -265,8 +265,11 @@ def test_router_gate_rows(gb, E, H):
 
 
 # --- the models end to end -------------------------------------------------------------------------
+@pytest.mark.parametrize("precision", ["exact", "fp16"])
 @pytest.mark.parametrize("name", ["tiny-qwen3.5", "tiny-qwen3.5-moe"])
-def test_models_match_numpy(gb, name):
+def test_models_match_numpy(gb, name, precision):
+    """Exact prompt products: today's tolerance and the same greedy tokens; fp16 ones (2^-11 an
+    element): ten times the tolerance, and the tokens may part at a near tie, so only the logits."""
     from engine.engine import run_to_end
     from engine.models import build
     from engine.plan import make_plan
@@ -275,7 +278,7 @@ def test_models_match_numpy(gb, name):
     from engine.synthetic import synthetic
     from engine.textstream import TextStream
 
-    s = EngineSettings(model=f"synthetic:{name}", parallel=3, context=512, memory_gib=1)
+    s = EngineSettings(model=f"synthetic:{name}", parallel=3, context=512, memory_gib=1, prefill_precision=precision)
     loaded = synthetic(name)
     prompts = [[20 + (i * 7 + j) % 200 for i in range(n)] for j, n in enumerate((150, 37, 3))]
     out = {}
@@ -290,5 +293,6 @@ def test_models_match_numpy(gb, name):
                                  lambda e: None, TextStream(loaded.tokenizer.stream(), [])))
         run_to_end(sched, seqs)
         out[backend.name] = (logits, [q.tokens[q.prompt_len:] for q in seqs])
-    assert rel(out["cupy"][0], out["numpy"][0]) < 1e-3
-    assert out["cupy"][1] == out["numpy"][1]
+    assert rel(out["cupy"][0], out["numpy"][0]) < (1e-3 if precision == "exact" else 1e-2)
+    if precision == "exact":
+        assert out["cupy"][1] == out["numpy"][1]

@@ -123,9 +123,9 @@ class Llama:
         """q, k, v projections of h (one fused GEMV where the formats allow)."""
         b = self.b
         if "qkv" in layer:
-            out = b.linear(h, layer["qkv"], rows.pad_to)
+            out = b.linear(h, layer["qkv"], rows.pad_to, rows.fp16)
         else:
-            out = b.concat([b.linear(h, layer[n], rows.pad_to) for n in names])
+            out = b.concat([b.linear(h, layer[n], rows.pad_to, rows.fp16) for n in names])
         if "qkv_bias" in layer:
             out = out + layer["qkv_bias"]
         sizes = [self.q_width(), self.cfg.kv_heads * self.cfg.head_dim]
@@ -151,7 +151,7 @@ class Llama:
         o = b.attention(q, cache, li, rows.tables, rows.positions, rows.prompt, rows.window).reshape(n, -1)
         if gate is not None:
             o = b.sigmoid_mul(o, gate)
-        o = b.linear(o, layer["o"], rows.pad_to)
+        o = b.linear(o, layer["o"], rows.pad_to, rows.fp16)
         return o + layer["o_bias"] if "o_bias" in layer else o
 
     def split_gate(self, q, n: int):
@@ -160,9 +160,9 @@ class Llama:
     def mlp(self, layer: dict, h, rows: Rows):
         b = self.b
         if "gate_up" in layer:
-            gu = b.linear(h, layer["gate_up"], rows.pad_to)
+            gu = b.linear(h, layer["gate_up"], rows.pad_to, rows.fp16)
             half = gu.shape[1] // 2
             g, u = gu[:, :half], gu[:, half:]
         else:
-            g, u = b.linear(h, layer["gate"], rows.pad_to), b.linear(h, layer["up"], rows.pad_to)
-        return b.linear(b.silu_mul(g, u), layer["down"], rows.pad_to)
+            g, u = b.linear(h, layer["gate"], rows.pad_to, rows.fp16), b.linear(h, layer["up"], rows.pad_to, rows.fp16)
+        return b.linear(b.silu_mul(g, u), layer["down"], rows.pad_to, rows.fp16)

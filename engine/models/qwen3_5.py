@@ -125,10 +125,10 @@ class Qwen3_5(Qwen3):
         Hv, Dv = c.lin_v_heads, c.lin_v_dim
         vd, C = Hv * Dv, c.conv_channels
         if "qkvzba" in layer:
-            y = b.linear(h, layer["qkvzba"], rows.pad_to)
+            y = b.linear(h, layer["qkvzba"], rows.pad_to, rows.fp16)
             qkv, z, bb, aa = y[:, :C], y[:, C:C + vd], y[:, C + vd:C + vd + Hv], y[:, C + vd + Hv:]
         else:
-            qkv, z, bb, aa = (b.linear(h, layer[nm], rows.pad_to)
+            qkv, z, bb, aa = (b.linear(h, layer[nm], rows.pad_to, rows.fp16)
                               for nm in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"))
         conv, rec = cache.state[li]
         if rows.window > 1:
@@ -146,7 +146,7 @@ class Qwen3_5(Qwen3):
             else:
                 o = b.deltanet_step(q, k, v, g, beta, rec, rows.lanes)
         o = b.gated_rmsnorm(o, z.reshape(n, Hv, Dv), layer["gnorm"], c.rms_eps)
-        return b.linear(o.reshape(n, vd), layer["out"], rows.pad_to)
+        return b.linear(o.reshape(n, vd), layer["out"], rows.pad_to, rows.fp16)
 
     def split_qkv(self, x):
         """The post-conv rows [n, C] as q, k [n, Hk, Dk] and v [n, Hv, Dv]."""
@@ -179,12 +179,12 @@ class Qwen3_5(Qwen3):
         b, E = self.b, self.cfg.experts
         shared = gate = None
         if "router_gate" in layer:
-            y = b.linear(h, layer["router_gate"], rows.pad_to)
+            y = b.linear(h, layer["router_gate"], rows.pad_to, rows.fp16)
             logits, gate = y[:, :E], y[:, E:]
         else:
-            logits = b.linear(h, layer["router"], rows.pad_to)
+            logits = b.linear(h, layer["router"], rows.pad_to, rows.fp16)
             if "shared" in layer:
-                gate = b.linear(h, layer["shared_gate"], rows.pad_to)
+                gate = b.linear(h, layer["shared_gate"], rows.pad_to, rows.fp16)
         experts, weights = b.moe_route(logits, self.cfg.top_k)
         if "shared" in layer:  # added under its gate in the experts' combination
             shared = super().mlp(layer["shared"], h, rows)

@@ -79,8 +79,9 @@ class Backend(Protocol):
         """NeoX RoPE on the first `rotary_dim` dims of every head: x [n, heads, head_dim]."""
 
     # --- linear ------------------------------------------------------------------------------
-    def linear(self, x: Array, w: Array, pad_to: int = 0) -> Array:
-        """x [n, in] @ wᵀ; pad_to > 0 marks a prompt chunk of that fixed row count."""
+    def linear(self, x: Array, w: Array, pad_to: int = 0, fp16: bool = False) -> Array:
+        """x [n, in] @ wᵀ; pad_to > 0 marks a prompt chunk of that fixed row count, whose products may
+        then round inputs and weights to fp16 (fp16; a backend without such a path computes exactly)."""
 
     def concat(self, parts: list[Array], axis: int = -1) -> Array:
         """Concatenation of arrays along `axis` (column-wise by default: [n, k_i] parts)."""

@@ -250,13 +250,13 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         return Heads(self, x, pos=pos, inv=inv, half=rotary_dim // 2)
 
     # --- matrix products -------------------------------------------------------------------------
-    def linear(self, x, w, pad_to: int = 0):
+    def linear(self, x, w, pad_to: int = 0, fp16: bool = False):
         """x [n, in] @ w^T. Every row has the same arithmetic whatever n is, so a prompt chunk needs
         no padding to `pad_to` rows: its rows come out as they would in any other batch. A pending
         RMSNorm or SiLU-gate input is computed by the product as it stages its input."""
         self._use()
         if isinstance(w, QWeight):
-            if pad_to and w.bits == 4:
+            if pad_to and fp16 and w.bits == 4:
                 return self._qgemm(x, w, pad_to)
             return self._qlinear(x, w)
         x = self._rows2d(x)
@@ -293,8 +293,8 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         return y
 
     def _qgemm(self, x, w: "QWeight", chunk: int):
-        """A prompt chunk's product on tensor cores (kernels/qgemm.cu), the pending input op staged
-        with it; rounding of its own (fp16 inputs), the same for every row of every chunk."""
+        """A prompt chunk's product on tensor cores in fp16 (kernels/qgemm.cu), the pending input op
+        staged with it; the same arithmetic for every row of every chunk."""
         kw = {}
         if isinstance(x, Normed) and x.w.shape == (w.K,) and x.w.dtype == cupy.float32:
             res = x.res

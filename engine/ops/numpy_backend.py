@@ -92,8 +92,9 @@ class NumpyBackend:
         return out
 
     # --- matrix products -----------------------------------------------------------------
-    def linear(self, x: np.ndarray, w: np.ndarray, pad_to: int = 0) -> np.ndarray:
-        """x [n, in] @ wᵀ. pad_to > 0: one GEMM of pad_to rows (a prompt chunk); 0: row by row."""
+    def linear(self, x: np.ndarray, w: np.ndarray, pad_to: int = 0, fp16: bool = False) -> np.ndarray:
+        """x [n, in] @ wᵀ. pad_to > 0: one GEMM of pad_to rows (a prompt chunk); 0: row by row. Always
+        float32 (fp16 is the GPU's option)."""
         if pad_to:
             xp = np.zeros((pad_to, x.shape[1]), np.float32)
             xp[: len(x)] = x
