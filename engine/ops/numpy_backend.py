@@ -224,14 +224,12 @@ class NumpyBackend:
         return acc / (np.float32(1.0) + np.exp(-acc))
 
     @staticmethod
-    def _window_slot(state: np.ndarray, lanes: np.ndarray, i: int, window: int, stride: int) -> int:
-        """Row i's state slot: its lane's, or in a verify window (row j = i % window) slot lane + j·stride,
-        first given a copy of the state row j-1 left (the row before it in `lanes`, already stepped)."""
+    def _step_slots(lanes: np.ndarray, i: int, window: int, stride: int) -> tuple[int, int]:
+        """(the slot row i steps from, the slot it writes): its lane's, or in a verify window (row
+        j = i % window) from row j-1's slot (the row before it, already stepped) to lane + j·stride."""
         j = i % window
-        slot = int(lanes[i]) + j * stride
-        if j:
-            state[slot] = state[slot - stride]
-        return slot
+        dst = int(lanes[i]) + j * stride
+        return (dst - stride if j else dst), dst
 
     def conv1d_step(self, x: np.ndarray, w: np.ndarray, conv_state: np.ndarray, lanes: np.ndarray, window: int = 1,
                     stride: int = 0) -> np.ndarray:
@@ -245,12 +243,12 @@ class NumpyBackend:
         K = w.shape[1]
         out = np.empty((n, C), np.float32)
         for i in range(n):
-            lane = self._window_slot(conv_state, lanes, i, window, stride)
-            win = np.concatenate([conv_state[lane], x[i].astype(np.float32)[:, None]], axis=1)  # [C, K]
+            src, dst = self._step_slots(lanes, i, window, stride)
+            win = np.concatenate([conv_state[src], x[i].astype(np.float32)[:, None]], axis=1)  # [C, K]
             acc = w[:, 0] * win[:, 0]
             for j in range(1, K):
                 acc = acc + w[:, j] * win[:, j]
-            conv_state[lane] = win[:, 1:]
+            conv_state[dst] = win[:, 1:]
             out[i] = acc / (np.float32(1.0) + np.exp(-acc))
         return out
 
@@ -297,13 +295,13 @@ class NumpyBackend:
         qn, kn = self._qk_prepare(q, k, hv)
         out = np.empty((n, hv, dv), np.float32)
         for i in range(n):
-            lane = self._window_slot(state, lanes, i, window, stride)
-            S = state[lane] * np.exp(g[i])[:, None, None]
+            src, dst = self._step_slots(lanes, i, window, stride)
+            S = state[src] * np.exp(g[i])[:, None, None]
             m = np.einsum("hkv,hk->hv", S, kn[i])
             delta = beta[i][:, None] * (v[i].astype(np.float32) - m)
             S = S + kn[i][:, :, None] * delta[:, None, :]
             out[i] = np.einsum("hkv,hk->hv", S, qn[i])
-            state[lane] = S
+            state[dst] = S
         return out
 
     def deltanet_prompt(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
