@@ -3,9 +3,10 @@
 // "Qwen3.5 / Qwen3.6" section of engine/ops/numpy_backend.py. float32 throughout.
 //
 // State lives in arrays with one slot per lane, [slots, ...]: a row updates only its own lane's
-// slot, in place. A lane < 0 (a padding row of a captured decode batch) uses the last slot, which
-// the model keeps as scratch. Every row is computed by its own threads with the same arithmetic
-// whatever else is in the batch.
+// slot, in place (a verify window's row j: the lane's window slot j). A lane < 0 (a padding row of a
+// captured decode batch) uses the last slot, which the model keeps as scratch. Every row is computed
+// with the same arithmetic whatever else is in the batch (a verify window's rows by one set of
+// threads, in order: the state stays in registers between them).
 #include "common.cuh"
 
 DEV int dn_slot(int lane, int slots) { return lane < 0 ? slots - 1 : lane; }
@@ -31,10 +32,25 @@ DEV void gates_at(float a, float b, int h, const float* __restrict__ a_log, cons
   *beta = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b)));
 }
 
-// Decode rows: x [n, C] (row stride ldx), w [C, K], state [slots, C, K-1] (oldest row first),
-// lanes [n]; out [n, C] = silu(conv). With a != nullptr one more block per row writes the row's
-// gates (g, beta [n, Hv]) from a, b [n, Hv] (row strides lda, ldb): one launch for both.
-// grid = (ceil(C/256) (+1 with gates), n), block = 256.
+// One step of a channel's conv: `win` holds the K-1 rows before it; x joins them, the output is
+// silu(conv_point) and `win` moves on by one row (the prompt and decode kernels share it).
+template <int K>
+DEV float conv_next(const float* __restrict__ wc, float* win, float x) {
+  win[K - 1] = x;
+  const float y = dn_silu(conv_point<K>(wc, win));
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) win[j] = win[j + 1];
+  return y;
+}
+
+// Decode rows in windows of W rows per stream (W = 1: plain decode; a verify window: k + 1), stream
+// by stream: row s·W + j is stream s's window row j. x [n, C] (row stride ldx), w [C, K], state
+// [slots, C, K-1] (oldest row first), lanes [n] (a stream's rows share one); out [n, C] = silu(conv).
+// A thread steps its channel through the stream's rows in order from the lane's slot and writes the
+// state after row j to slot lane + j·stride (Cache.window_slots): what W one-row steps, each from a
+// copy of the state row j-1 left, would write. With a != nullptr one more block per stream writes
+// its rows' gates (g, beta [n, Hv]) from a, b [n, Hv] (row strides lda, ldb): one launch for both.
+// grid = (ceil(C/256) (+1 with gates), n / W), block = 256.
 template <int K>
 __global__ void __launch_bounds__(256) conv1d_step(const float* __restrict__ x, i64 ldx, const float* __restrict__ w,
                                                    float* __restrict__ state, const int* __restrict__ lanes,
@@ -42,24 +58,31 @@ __global__ void __launch_bounds__(256) conv1d_step(const float* __restrict__ x, 
                                                    const float* __restrict__ a, i64 lda, const float* __restrict__ b,
                                                    i64 ldb, const float* __restrict__ a_log,
                                                    const float* __restrict__ dt_bias, float* __restrict__ g,
-                                                   float* __restrict__ beta, int Hv) {
-  const i64 i = blockIdx.y;
+                                                   float* __restrict__ beta, int Hv, int W, int stride) {
+  const i64 r0 = (i64)blockIdx.y * W;  // the stream's first row
   if (a != nullptr && blockIdx.x == gridDim.x - 1) {
-    for (int h = threadIdx.x; h < Hv; h += 256)
+    for (int e = threadIdx.x; e < W * Hv; e += 256) {
+      const i64 i = r0 + e / Hv;
+      const int h = e % Hv;
       gates_at(a[i * lda + h], b[i * ldb + h], h, a_log, dt_bias, g + i * Hv + h, beta + i * Hv + h);
+    }
     return;
   }
   const int c = blockIdx.x * 256 + threadIdx.x;
   if (c >= C) return;
-  float* st = state + ((i64)dn_slot(lanes[i], slots) * C + c) * (K - 1);
+  const int lane = lanes[r0];
+  const float* wc = w + (i64)c * K;
+  const float* st = state + ((i64)dn_slot(lane, slots) * C + c) * (K - 1);
   float win[K];
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) win[j] = st[j];
-  win[K - 1] = x[i * ldx + c];
-  const float acc = conv_point<K>(w + (i64)c * K, win);
+  for (int r = 0; r < W; ++r) {
+    const i64 i = r0 + r;
+    out[i * C + c] = conv_next<K>(wc, win, x[i * ldx + c]);
+    float* sr = state + ((i64)dn_slot(lane + r * stride, slots) * C + c) * (K - 1);
 #pragma unroll
-  for (int j = 0; j < K - 1; ++j) st[j] = win[j + 1];
-  out[i * C + c] = dn_silu(acc);
+    for (int j = 0; j < K - 1; ++j) sr[j] = win[j];
+  }
 }
 
 // One lane's prompt rows: x [T, C] (row stride ldx); slot `slot` holds the K-1 rows before them and
@@ -75,12 +98,7 @@ __global__ void __launch_bounds__(256) conv1d_prompt(const float* __restrict__ x
   float win[K];
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) win[j] = st[j];
-  for (int t = 0; t < T; ++t) {
-    win[K - 1] = x[(i64)t * ldx + c];
-    out[(i64)t * C + c] = dn_silu(conv_point<K>(wc, win));
-#pragma unroll
-    for (int j = 0; j < K - 1; ++j) win[j] = win[j + 1];
-  }
+  for (int t = 0; t < T; ++t) out[(i64)t * C + c] = conv_next<K>(wc, win, x[(i64)t * ldx + c]);
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) st[j] = win[j];
 }
@@ -104,13 +122,30 @@ constexpr int SCAN_TILE = 16;
 // g, so a head spreads over several SMs, each scheduler with few warps. kernels/launch_qwen3_5.py mirrors it.
 constexpr int SCAN_COLS = 32;
 
+// S ← e^g S and Sᵀk̂ at one thread's R rows of S (the first half of a token's step).
+template <int R>
+DEV float decay_dot(float* s, float dec, const float* k) {
+  float m = 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    s[r] = __fmul_rn(s[r], dec);
+    m = __fmaf_rn(s[r], k[r], m);
+  }
+  return m;
+}
+
 // The gated delta rule over T consecutive rows of each of nseq sequences — decode rows: nseq = n,
-// T = 1, one lane each; a prompt chunk: nseq = 1, T rows of lanes[0] (the recurrent form: the numpy
-// twin of a prompt is the chunked form, equal within rounding). Per value head h (key head
+// T = 1, one lane each; verify windows: nseq streams of T = W rows (row s·T + t is stream s's
+// window row t); a prompt chunk: nseq = 1, T rows of lanes[0] (the recurrent form: the numpy
+// twin of a prompt is the chunked form, equal within rounding). The state comes from the lane's
+// slot; stride = 0: the state after the last row goes back there; stride > 0 (a verify window): the
+// state after row t goes to slot lane + t·stride (Cache.window_slots), what T one-row steps, each
+// from a copy of the state row t-1 left, would write. Per value head h (key head
 // h / (Hv/Hk)), per token: q̂ = l2norm(q)·qscale, k̂ = l2norm(k) (eps 1e-6 inside the root);
 // S ← e^g S; δ = β(v − Sᵀk̂); S ← S + k̂ δᵀ; o = Sᵀq̂.
 // q, k [rows, Hk, DK] (row strides ldq, ldk; heads contiguous), v [rows, Hv, Dv] (row stride ldv),
-// g, beta [rows, Hv] contiguous, state [slots, Hv, DK, Dv], lanes [nseq]; out [rows, Hv, Dv].
+// g, beta [rows, Hv] contiguous, state [slots, Hv, DK, Dv], lanes[seq·T] the lane of sequence seq
+// (a prompt chunk passes one); out [rows, Hv, Dv].
 // grid = (nseq, Hv, ceil(Dv / SCAN_COLS)), block = G·SCAN_COLS: G adjacent threads share column
 // j = z·SCAN_COLS + tid / G of S, each keeping DK/G of its rows in registers (pair sums by xor
 // shuffles, the same bits in every thread); warp w computes the norms of the tile's rows w, w + warps, ...
@@ -120,7 +155,7 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
     deltanet_scan(const float* __restrict__ q, i64 ldq, const float* __restrict__ k, i64 ldk,
                   const float* __restrict__ v, i64 ldv, const float* __restrict__ g, const float* __restrict__ beta,
                   float* __restrict__ state, const int* __restrict__ lanes, int slots, float* __restrict__ out, int T,
-                  int Hk, int Hv, int Dv, float qscale) {
+                  int stride, int Hk, int Hv, int Dv, float qscale) {
   // A part's rows sit at stride P (4 floats of padding) so the G parts of a warp read distinct banks.
   constexpr int R = DK / G, P = R + 4, DP = G * P;
   __shared__ __align__(16) float qs[SCAN_TILE * DP];
@@ -131,7 +166,8 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
   const int c = threadIdx.x / G, part = threadIdx.x % G, j = blockIdx.z * SCAN_COLS + c;
   const int kh = h / (Hv / Hk);
   const bool on = j < Dv;
-  float* S = state + ((i64)dn_slot(lanes[seq], slots) * Hv + h) * DK * Dv;
+  const int lane0 = lanes[(i64)seq * T];
+  float* S = state + ((i64)dn_slot(lane0, slots) * Hv + h) * DK * Dv;
   float s[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) s[r] = on ? S[(i64)(part * R + r) * Dv + j] : 0.0f;
@@ -174,15 +210,7 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
     __syncthreads();
     const float* kt = ks + part * P;
     const float* qt = qs + part * P;
-    float m = 0.0f;
-    {
-      const float dec = on ? ds[0] : 0.0f;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        s[r] = __fmul_rn(s[r], dec);
-        m = __fmaf_rn(s[r], kt[r], m);
-      }
-    }
+    float m = decay_dot<R>(s, on ? ds[0] : 0.0f, kt);
     for (int t = 0; t < nt; ++t) {
 #pragma unroll
       for (int o = 1; o < G; o <<= 1) m = __fadd_rn(m, __shfl_xor_sync(FULL_MASK, m, o));
@@ -191,7 +219,7 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
       const float* kr = kt + t * DP;
       const float* qr = qt + t * DP;
       float o = 0.0f;
-      if (t + 1 < nt) {  // the next token's decay and Sᵀk̂ run beside this token's Sᵀq̂: two independent chains
+      if (t + 1 < nt && stride == 0) {  // the next token's decay and Sᵀk̂ beside this token's Sᵀq̂: two chains
         const float dec = on ? ds[t + 1] : 0.0f;
         const float* kn = kr + DP;
         float mn = 0.0f;
@@ -209,6 +237,14 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
           s[r] = __fmaf_rn(kr[r], delta, s[r]);
           o = __fmaf_rn(s[r], qr[r], o);
         }
+        if (stride != 0) {  // a verify window: this row's state to its slot, then the next row's first half
+          if (on) {
+            float* St = state + ((i64)dn_slot(lane0 + (t0 + t) * stride, slots) * Hv + h) * DK * Dv;
+#pragma unroll
+            for (int r = 0; r < R; ++r) St[(i64)(part * R + r) * Dv + j] = s[r];
+          }
+          if (t + 1 < nt) m = decay_dot<R>(s, on ? ds[t + 1] : 0.0f, kr + DP);
+        }
       }
 #pragma unroll
       for (int x = 1; x < G; x <<= 1) o = __fadd_rn(o, __shfl_xor_sync(FULL_MASK, o, x));
@@ -216,7 +252,7 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
     }
     __syncthreads();  // the next tile overwrites the staged rows
   }
-  if (on) {
+  if (on && stride == 0) {
 #pragma unroll
     for (int r = 0; r < R; ++r) S[(i64)(part * R + r) * Dv + j] = s[r];
   }

@@ -18,14 +18,15 @@ MOE_BITS = (0, 4, 8)  # moe_gemv: float32 experts (0) or affine 4/8-bit codes
 
 
 # --- deltanet.cu ------------------------------------------------------------------------------
-def conv1d_step(x, ldx: int, w, state, lanes, slots: int, out, C: int, K: int, rows: int, gates=None):
-    """The decode rows' conv; with gates = (a, lda, b, ldb, a_log, dt_bias, g, beta, Hv) their gates too,
-    from one more block per row."""
+def conv1d_step(x, ldx: int, w, state, lanes, slots: int, out, C: int, K: int, rows: int, gates=None,
+                window: int = 1, stride: int = 0):
+    """The decode rows' conv, in windows of `window` rows per stream (row j's state to slot lane + j·stride);
+    with gates = (a, lda, b, ldb, a_log, dt_bias, g, beta, Hv) their gates too, from one more block per stream."""
     f = function("deltanet.cu", "conv1d_step<%d>" % K)
     a, lda, b, ldb, a_log, dt_bias, g, beta, Hv = gates or (None, 0, None, 0, None, None, None, None, 0)
-    f(((C + 255) // 256 + (gates is not None), rows), (256,),
+    f(((C + 255) // 256 + (gates is not None), rows // window), (256,),
       (x, i64(ldx), w, state, lanes, i32(slots), out, i32(C), L._ptr(a), i64(lda), L._ptr(b), i64(ldb), L._ptr(a_log),
-       L._ptr(dt_bias), L._ptr(g), L._ptr(beta), i32(Hv)))
+       L._ptr(dt_bias), L._ptr(g), L._ptr(beta), i32(Hv), i32(window), i32(stride)))
 
 
 def conv1d_prompt(x, ldx: int, w, state, slot: int, out, C: int, K: int, T: int):
@@ -45,14 +46,16 @@ def scan_split(DK: int) -> int:
 
 
 def deltanet_scan(q, ldq: int, k, ldk: int, v, ldv: int, g, beta, state, lanes, slots: int, out, nseq: int, T: int,
-                  Hk: int, Hv: int, DK: int, Dv: int, qscale: float):
+                  stride: int, Hk: int, Hv: int, DK: int, Dv: int, qscale: float):
+    """T rows of each of nseq sequences (lanes[s·T]: sequence s's lane); stride > 0: a verify window, the
+    state after row t to slot lane + t·stride; 0: the state after the last row to the lane's slot."""
     if DK not in SCAN_DK:
         raise ValueError(f"deltanet_scan: key head dim {DK} is not one of {SCAN_DK}")
     G = scan_split(DK)
     f = function("deltanet.cu", "deltanet_scan<%d, %d>" % (DK, G))
     f((nseq, Hv, -(-Dv // SCAN_COLS)), (G * SCAN_COLS,),
-      (q, i64(ldq), k, i64(ldk), v, i64(ldv), g, beta, state, lanes, i32(slots), out, i32(T), i32(Hk), i32(Hv),
-       i32(Dv), f32(qscale)))
+      (q, i64(ldq), k, i64(ldk), v, i64(ldv), g, beta, state, lanes, i32(slots), out, i32(T), i32(stride), i32(Hk),
+       i32(Hv), i32(Dv), f32(qscale)))
 
 
 def gated_rmsnorm(x, z, ldz: int, w, y, D: int, eps: float, rows: int, heads: int):

@@ -537,8 +537,8 @@ def test_gates_catch_a_stream_reading_another_lanes_state(monkeypatch):
     """Decode rows that all step the first row's DeltaNet state break concurrent == solo."""
     real = NumpyBackend.deltanet_step
 
-    def leaky(self, q, k, v, g, beta, state, lanes):
-        return real(self, q, k, v, g, beta, state, np.repeat(np.asarray(lanes)[:1], len(lanes)))
+    def leaky(self, q, k, v, g, beta, state, lanes, *window):
+        return real(self, q, k, v, g, beta, state, np.repeat(np.asarray(lanes)[:1], len(lanes)), *window)
 
     model = "synthetic:tiny-qwen3.5"
     r = runner(model)

@@ -9,8 +9,9 @@ owns one cache; nothing else holds stream state.
 
 Verify windows (speculative decoding, k drafts): the recurrent arrays hold k + 1 blocks of
 `lanes + 1` slots. Window row j of lane L steps slot `L + j·(lanes + 1)` (row 0: the lane's own),
-starting from row j-1's state (`fork`); `keep(lane, row)` makes the accepted row's state the lane's.
-A padding row (lane -1) lands on a block's scratch slot whatever j is.
+starting from the state row j-1 left (the decode ops step a window's rows in order and write each
+row's state to its slot); `keep(lane, row)` makes the accepted row's state the lane's. A padding
+row (lane -1) lands on a block's scratch slot whatever j is.
 
 Context rings (a DFlash2 drafter, `ring`): per lane and drafter layer the keys and values of the
 last `ring_len` positions of the stream's context, slot position % ring_len, fp16 (drafts need no
@@ -202,17 +203,17 @@ class Cache:
         self.ring_pos[lane, self._b.asarray(p % self.ring_len)] = self._b.asarray(p)
 
     # --- verify windows -------------------------------------------------------------------
+    @property
+    def window_stride(self) -> int:
+        """Slots from one window row's to the next's: `window_slots(lanes, j) = lanes + j·window_stride`
+        (the decode ops' `stride`)."""
+        return self.lanes + 1
+
     def window_slots(self, lanes, row: int):
         """Recurrent slots of window row `row` for rows of these lanes (int arrays, host or device)."""
         if not 0 <= row <= self.draft_tokens:
             raise ValueError(f"window row {row} is outside 0..{self.draft_tokens}")
-        return lanes + row * (self.lanes + 1)
-
-    def fork(self, group: int, lanes, row: int) -> None:
-        """Window row `row` (>= 1) of recurrent layer `group` starts from the state row - 1 left."""
-        dst, src = self.window_slots(lanes, row), self.window_slots(lanes, row - 1)
-        for a in self.state[group]:
-            a[dst] = a[src]
+        return lanes + row * self.window_stride
 
     def keep(self, lane: int, row: int) -> None:
         """The state after window row `row` becomes the lane's (the rows after it were rejected)."""

@@ -8,7 +8,8 @@ head [query hd | gate hd], and o_proj reads attn ⊙ sigmoid(gate). K/V live in 
 A DeltaNet layer keeps, per lane, the last K-1 pre-conv rows and an fp32 state [Hv, Dk, Dv]; both
 live in the cache's recurrent slots (`state_shapes`), never paged. A prompt chunk (one lane) runs
 the chunked form on its lane's slot, decode rows the recurrent step, each row on its own lane's
-slot: a stream never sees another's state. The slot after the last lane is scratch: padding rows
+slot (rows of a verify window on the lane's window slots, one launch stepping them in order): a
+stream never sees another's state. The slot after the last lane is scratch: padding rows
 of a captured decode batch carry lane -1, which indexes it.
 
 MTP weights, where the checkpoint ships them, stay on the host in `self.mtp` (canonical tensors,
@@ -131,20 +132,18 @@ class Qwen3_5(Qwen3):
             qkv, z, bb, aa = (b.linear(h, layer[nm], rows.pad_to, rows.fp16)
                               for nm in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"))
         conv, rec = cache.state[li]
-        if rows.window > 1:
-            o = self.deltanet_window(li, layer, qkv, bb, aa, rows, cache)
+        W, stride = rows.window, cache.window_stride  # verify windows: each row on its window slot
+        if rows.prompt:
+            x = b.conv1d_prompt(qkv, layer["conv"], conv, int(rows.lanes[0]))
+            g, beta = b.deltanet_gates(aa, bb, layer["a_log"], layer["dt_bias"])
         else:
-            if rows.prompt:
-                x = b.conv1d_prompt(qkv, layer["conv"], conv, int(rows.lanes[0]))
-                g, beta = b.deltanet_gates(aa, bb, layer["a_log"], layer["dt_bias"])
-            else:
-                x, g, beta = b.conv1d_step_gates(qkv, layer["conv"], conv, rows.lanes, aa, bb, layer["a_log"],
-                                                 layer["dt_bias"])
-            q, k, v = self.split_qkv(x)
-            if rows.prompt:
-                o = b.deltanet_prompt(q, k, v, g, beta, rec, int(rows.lanes[0]), DELTANET_CHUNK)
-            else:
-                o = b.deltanet_step(q, k, v, g, beta, rec, rows.lanes)
+            x, g, beta = b.conv1d_step_gates(qkv, layer["conv"], conv, rows.lanes, aa, bb, layer["a_log"],
+                                             layer["dt_bias"], W, stride)
+        q, k, v = self.split_qkv(x)
+        if rows.prompt:
+            o = b.deltanet_prompt(q, k, v, g, beta, rec, int(rows.lanes[0]), DELTANET_CHUNK)
+        else:
+            o = b.deltanet_step(q, k, v, g, beta, rec, rows.lanes, W, stride)
         o = b.gated_rmsnorm(o, z.reshape(n, Hv, Dv), layer["gnorm"], c.rms_eps)
         return b.linear(o.reshape(n, vd), layer["out"], rows.pad_to, rows.fp16)
 
@@ -155,23 +154,6 @@ class Qwen3_5(Qwen3):
         kd = Hk * Dk
         return (x[:, :kd].reshape(n, Hk, Dk), x[:, kd:2 * kd].reshape(n, Hk, Dk),
                 x[:, 2 * kd:].reshape(n, c.lin_v_heads, c.lin_v_dim))
-
-    def deltanet_window(self, li: int, layer: dict, qkv, bb, aa, rows: Rows, cache: Cache):
-        """The recurrent step through verify windows: window row j of every stream at once (rows
-        j, j+W, ...), each on its own state slot forked from row j-1's, so every row's state stays
-        until the scheduler keeps the accepted one. Returns o [n, Hv, Dv] in row order."""
-        b, c, W = self.b, self.cfg, rows.window
-        conv, rec = cache.state[li]
-        o = b.zeros((len(rows), c.lin_v_heads, c.lin_v_dim), np.float32)
-        for j in range(W):
-            slots = cache.window_slots(rows.lanes[j::W], j)
-            if j:
-                cache.fork(li, rows.lanes[j::W], j)
-            x, g, beta = b.conv1d_step_gates(qkv[j::W], layer["conv"], conv, slots, aa[j::W], bb[j::W],
-                                             layer["a_log"], layer["dt_bias"])
-            q, k, v = self.split_qkv(x)
-            o[j::W] = b.deltanet_step(q, k, v, g, beta, rec, slots)
-        return o
 
     def mlp(self, layer: dict, h, rows: Rows):
         if "experts_down" not in layer:

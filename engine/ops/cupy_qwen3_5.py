@@ -64,16 +64,17 @@ class Qwen35Ops:
             KQ.conv1d_prompt(x, ldx, self._q_f32(w), conv_state, int(lane), out, C, w.shape[1], T)
         return out
 
-    def conv1d_step(self, x, w, conv_state, lanes):
+    def conv1d_step(self, x, w, conv_state, lanes, window: int = 1, stride: int = 0):
+        """Every row of every window in one launch: a thread steps its channel through its stream's rows."""
         x, ldx = self._q_rows(x, 2)
         n, C = x.shape
         out = cupy.empty((n, C), cupy.float32)
         if n:
             KQ.conv1d_step(x, ldx, self._q_f32(w), conv_state, self._dev_i32(lanes), conv_state.shape[0], out, C,
-                           w.shape[1], n)
+                           w.shape[1], n, window=window, stride=stride)
         return out
 
-    def conv1d_step_gates(self, x, w, conv_state, lanes, a, b, a_log, dt_bias):
+    def conv1d_step_gates(self, x, w, conv_state, lanes, a, b, a_log, dt_bias, window: int = 1, stride: int = 0):
         """conv1d_step and deltanet_gates of decode rows in one launch (the gates' bits are deltanet_gates')."""
         x, ldx = self._q_rows(x, 2)
         a, lda = self._q_rows(a, 2)
@@ -84,7 +85,8 @@ class Qwen35Ops:
         beta = cupy.empty((n, Hv), cupy.float32)
         if n:
             KQ.conv1d_step(x, ldx, self._q_f32(w), conv_state, self._dev_i32(lanes), conv_state.shape[0], out, C,
-                           w.shape[1], n, (a, lda, b, ldb, self._q_f32(a_log), self._q_f32(dt_bias), g, beta, Hv))
+                           w.shape[1], n, (a, lda, b, ldb, self._q_f32(a_log), self._q_f32(dt_bias), g, beta, Hv),
+                           window, stride)
         return out, g, beta
 
     def deltanet_gates(self, a, b, a_log, dt_bias):
@@ -97,7 +99,7 @@ class Qwen35Ops:
             KQ.deltanet_gates(a, lda, b, ldb, self._q_f32(a_log), self._q_f32(dt_bias), g, beta, Hv, n)
         return g, beta
 
-    def _scan(self, q, k, v, g, beta, state, lanes_dev, nseq: int, T: int):
+    def _scan(self, q, k, v, g, beta, state, lanes_dev, nseq: int, T: int, stride: int = 0):
         q, ldq = self._q_rows(q, 3)
         k, ldk = self._q_rows(k, 3)
         v, ldv = self._q_rows(v, 3)
@@ -106,11 +108,13 @@ class Qwen35Ops:
         out = cupy.empty((n, Hv, Dv), cupy.float32)
         if n:
             KQ.deltanet_scan(q, ldq, k, ldk, v, ldv, self._q_f32(g), self._q_f32(beta), state, lanes_dev,
-                             state.shape[0], out, nseq, T, Hk, Hv, DK, Dv, float(np.float32(DK ** -0.5)))
+                             state.shape[0], out, nseq, T, stride, Hk, Hv, DK, Dv, float(np.float32(DK ** -0.5)))
         return out
 
-    def deltanet_step(self, q, k, v, g, beta, state, lanes):
-        return self._scan(q, k, v, g, beta, state, self._dev_i32(lanes), len(q), 1)
+    def deltanet_step(self, q, k, v, g, beta, state, lanes, window: int = 1, stride: int = 0):
+        """One launch for every window: a block steps its stream's rows in order, the state in registers."""
+        return self._scan(q, k, v, g, beta, state, self._dev_i32(lanes), len(q) // window, window,
+                          stride if window > 1 else 0)
 
     def deltanet_prompt(self, q, k, v, g, beta, state, lane: int, chunk: int = 64):
         """The recurrent form over the chunk's rows (`chunk` is the numpy twin's cut; unused here)."""

@@ -224,28 +224,41 @@ class NumpyBackend:
         conv_state[lane] = full[T:].T
         return acc / (np.float32(1.0) + np.exp(-acc))
 
-    def conv1d_step(self, x: np.ndarray, w: np.ndarray, conv_state: np.ndarray, lanes: np.ndarray) -> np.ndarray:
-        """One decode row per lane: the causal conv1d + SiLU of `conv1d_prompt` for a single token.
+    @staticmethod
+    def _step_slots(lanes: np.ndarray, i: int, window: int, stride: int) -> tuple[int, int]:
+        """(the slot row i steps from, the slot it writes): its lane's, or in a verify window (row
+        j = i % window) from row j-1's slot (the row before it, already stepped) to lane + j·stride."""
+        j = i % window
+        dst = int(lanes[i]) + j * stride
+        return (dst - stride if j else dst), dst
 
-        x [n, C], w [C, K], conv_state [slots, C, K-1] updated in place at rows' `lanes` [n].
+    def conv1d_step(self, x: np.ndarray, w: np.ndarray, conv_state: np.ndarray, lanes: np.ndarray, window: int = 1,
+                    stride: int = 0) -> np.ndarray:
+        """One decode row per lane (or per verify-window row): the causal conv1d + SiLU of
+        `conv1d_prompt` for a single token.
+
+        x [n, C], w [C, K], conv_state [slots, C, K-1] updated in place at rows' `lanes` [n] (window > 1:
+        at their window slots, `Backend`'s verify windows).
         """
         n, C = x.shape
         K = w.shape[1]
         out = np.empty((n, C), np.float32)
         for i in range(n):
-            lane = int(lanes[i])
-            win = np.concatenate([conv_state[lane], x[i].astype(np.float32)[:, None]], axis=1)  # [C, K]
+            src, dst = self._step_slots(lanes, i, window, stride)
+            win = np.concatenate([conv_state[src], x[i].astype(np.float32)[:, None]], axis=1)  # [C, K]
             acc = w[:, 0] * win[:, 0]
             for j in range(1, K):
                 acc = acc + w[:, j] * win[:, j]
-            conv_state[lane] = win[:, 1:]
+            conv_state[dst] = win[:, 1:]
             out[i] = acc / (np.float32(1.0) + np.exp(-acc))
         return out
 
     def conv1d_step_gates(self, x: np.ndarray, w: np.ndarray, conv_state: np.ndarray, lanes: np.ndarray,
-                          a: np.ndarray, b: np.ndarray, a_log: np.ndarray, dt_bias: np.ndarray):
+                          a: np.ndarray, b: np.ndarray, a_log: np.ndarray, dt_bias: np.ndarray, window: int = 1,
+                          stride: int = 0):
         """`conv1d_step` and `deltanet_gates` of decode rows: (out, g, β) (one launch on a GPU)."""
-        return (self.conv1d_step(x, w, conv_state, lanes), *self.deltanet_gates(a, b, a_log, dt_bias))
+        return (self.conv1d_step(x, w, conv_state, lanes, window, stride),
+                *self.deltanet_gates(a, b, a_log, dt_bias))
 
     def deltanet_gates(self, a: np.ndarray, b: np.ndarray, a_log: np.ndarray, dt_bias: np.ndarray):
         """(g, β) of Gated DeltaNet: g = −exp(A_log)·softplus(a + dt_bias) (log decay ≤ 0), β = sigmoid(b).
@@ -271,24 +284,25 @@ class NumpyBackend:
         return q, k
 
     def deltanet_step(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
-                      state: np.ndarray, lanes: np.ndarray) -> np.ndarray:
+                      state: np.ndarray, lanes: np.ndarray, window: int = 1, stride: int = 0) -> np.ndarray:
         """The Gated DeltaNet recurrence for one token per row (decode rows).
 
         q, k [n, Hk, Dk] raw (post-conv; l2-normalised and q scaled by Dk^-½ here), v [n, Hv, Dv],
-        g, beta [n, Hv]; state [slots, Hv, Dk, Dv] fp32 updated in place at `lanes` [n].
+        g, beta [n, Hv]; state [slots, Hv, Dk, Dv] fp32 updated in place at `lanes` [n] (window > 1:
+        at their window slots, as `conv1d_step`).
         Per value head: S ← e^g·S; δ = β(v − Sᵀk); S ← S + k δᵀ; o = Sᵀq. Returns o [n, Hv, Dv].
         """
         n, hv, dv = v.shape
         qn, kn = self._qk_prepare(q, k, hv)
         out = np.empty((n, hv, dv), np.float32)
         for i in range(n):
-            lane = int(lanes[i])
-            S = state[lane] * np.exp(g[i])[:, None, None]
+            src, dst = self._step_slots(lanes, i, window, stride)
+            S = state[src] * np.exp(g[i])[:, None, None]
             m = np.einsum("hkv,hk->hv", S, kn[i])
             delta = beta[i][:, None] * (v[i].astype(np.float32) - m)
             S = S + kn[i][:, :, None] * delta[:, None, :]
             out[i] = np.einsum("hkv,hk->hv", S, qn[i])
-            state[lane] = S
+            state[dst] = S
         return out
 
     def deltanet_prompt(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
