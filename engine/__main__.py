@@ -313,6 +313,8 @@ def parser() -> argparse.ArgumentParser:
     gt.add_argument("--max-tokens", type=tokens, default=24)
     gt.add_argument("--context", type=whole(16, MAX_CONTEXT), default=1024)
     gt.add_argument("--quick", action="store_true", help="fewer arms (tests)")
+    gt.add_argument("--prefill-precision", default="fp16", choices=PREFILL_PRECISIONS,
+                    help="prompt products: fp16 tensor cores (GPU) or exact")
     add_drafter(gt, ("all", "none", "ngram", "mtp", "dflash2", "oracle"), "all", 3)
     gt.add_argument("--offsets", type=whole_list(1, MAX_CONTEXT), metavar="N,N,...",
                     help="long prompts ending at these positions (e.g. 4796,8192,8292,8448 with --context "

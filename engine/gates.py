@@ -277,6 +277,7 @@ def load_chats(path: str | None) -> list[list[dict]]:
 def main(a) -> int:
     synthetic = a.model is not None and a.model.startswith("synthetic:")
     s = EngineSettings(model=a.model, backend=a.backend, parallel=8, context=a.context, memory_gib=None,
+                       prefill_precision=a.prefill_precision,
                        drafter_model=a.drafter_model or (SYNTHETIC if synthetic else None)).validate()
     names = DRAFTERS if a.drafter == "all" else () if a.drafter == "none" else (a.drafter,)
     table = run(s, load_chats(a.prompts), a.max_tokens, a.quick, log=lambda m: print(m, file=sys.stderr),
