@@ -14,13 +14,13 @@ class Rows:
     lanes: np.ndarray  # int32 [n]: lane index (recurrent state slot) of each row
     prompt: bool  # True: one lane's prompt chunk; False: decode rows, one per lane
     pad_to: int = 0  # prompt chunks run GEMMs at this fixed row count
-    fp16: bool = False  # prompt chunks: products may round to fp16 (EngineSettings.prefill_precision)
     want: np.ndarray | None = None  # rows whose logits are needed (None: all)
     # Decode rows in verify windows: `window` rows per stream, stream by stream (row s·window + j is
     # stream s's window row j, at its position + j); each reads the rows before it in its window.
     window: int = 1
     hidden: bool = False  # the forward also returns the final-normed hidden state of every row (drafters)
     taps: tuple[int, ...] = ()  # with `hidden`: these layers' outputs instead, concatenated (DFlash2)
+    fp16: bool = False  # prompt chunks: products may round to fp16 (EngineSettings.prefill_precision)
 
     def __post_init__(self) -> None:
         self.tokens = np.ascontiguousarray(self.tokens, dtype=np.int32)
