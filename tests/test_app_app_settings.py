@@ -65,3 +65,13 @@ def test_replies_use_the_models_sampling_unless_the_user_chose(app_home, default
     mine = with_model_sampling(s, {"temperature"}).sampling
     assert (mine.temperature, mine.top_p) == (0.7, 0.9)
     assert s.sampling.temperature == 0.7  # the settings themselves are untouched
+
+
+def test_prompt_precision_round_trips_and_an_unknown_one_falls_back(app_home):
+    s = EngineSettings(prefill_precision="exact")
+    save_settings(s)
+    assert load_settings() == (s, None)
+    settings_path().write_text('{"format_version": 1, "engine": {"prefill_precision": "fp8"}}')
+    s, notice = load_settings()
+    assert s == EngineSettings() and s.prefill_precision == "fp16"
+    assert "prefill precision must be fp16 or exact, got 'fp8'" in notice and "using the defaults" in notice

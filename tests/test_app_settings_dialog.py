@@ -6,6 +6,7 @@ import shutil
 import pytest
 from modal import answer_file_dialog
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
 
 from app.plan_words import plan_sentence
 from app.settings_dialog import SettingsDialog
@@ -208,3 +209,46 @@ def test_cache_and_snapshot_budgets_and_the_clear_action(qtbot, app_home, app_mo
     assert "prompt cache up to" in d.plan_line  # the plan says what the cache may take
     d.clear_button.click()
     assert cleared == [1] and d.clear_button.text() == "Cleared (3)" and not d.clear_button.isEnabled()
+
+
+def choose(qtbot, combo, data):
+    """Pick `data` as a user does: click the combo open, then click the item in its popup."""
+    click(qtbot, combo)
+    view = combo.view()
+    qtbot.waitUntil(view.isVisible, timeout=2000)
+    index = view.model().index(combo.findData(data), 0)
+    assert index.isValid(), data
+    qtbot.wait(QApplication.doubleClickInterval() + 50)  # Qt ignores a release this soon after the popup opened
+    at = view.visualRect(index).center()
+    qtbot.mouseMove(view.viewport(), at)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=at)
+    qtbot.waitUntil(lambda: not view.isVisible(), timeout=2000)
+    assert combo.currentData() == data
+
+
+def test_the_prompt_precision_shows_the_saved_value(qtbot, app_home, app_model):
+    assert EngineSettings().prefill_precision == "fp16"
+    for value, label in (("fp16", "Fast (fp16 tensor cores)"), ("exact", "Exact (as decoding; slower on the GPU)")):
+        d = SettingsDialog(EngineSettings(model=app_model, context=512, prefill_precision=value))
+        qtbot.addWidget(d)
+        assert d.prefill_precision.currentData() == value and d.prefill_precision.currentText() == label
+        assert d.settings().prefill_precision == value
+        assert d.prefill_precision.isEnabled()  # backend auto: it may run on the GPU
+        assert "2.5x faster" in d.prefill_precision.toolTip() and "exactly" in d.prefill_precision.toolTip()
+
+
+def test_exact_prompt_precision_chosen_applied_and_saved(qtbot, dialog):
+    from app.app_settings import load_settings, save_settings
+    assert not dialog.prefill_precision.isEnabled()  # numpy computes exactly whatever is chosen
+    choose(qtbot, dialog.backend, "auto")
+    refreshed(qtbot, dialog)
+    assert dialog.prefill_precision.isEnabled() and dialog.prefill_precision.currentData() == "fp16"
+    choose(qtbot, dialog.prefill_precision, "exact")
+    assert not dialog.apply_button.isEnabled()  # a changed value waits for its plan, as the others do
+    refreshed(qtbot, dialog)
+    click(qtbot, dialog.apply_button)
+    assert dialog.result() == 1
+    s = dialog.settings()
+    assert (s.prefill_precision, s.backend) == ("exact", "auto")
+    save_settings(s)
+    assert load_settings() == (s, None) and load_settings()[0].prefill_precision == "exact"
