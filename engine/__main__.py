@@ -328,6 +328,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--prompt-lengths", type=whole_list(1, MAX_CONTEXT), default=[2048, 9216, 15000])
     b.add_argument("--streams", type=whole_list(1, MAX_PARALLEL), default=[1, 4, 8])
     b.add_argument("--decode-tokens", type=tokens, default=256)
+    b.add_argument("--interleave", type=whole(0, MAX_PARALLEL), default=4, metavar="S",
+                   help="S streams decoding while a prompt of the longest --prompt-lengths is read (0: no cell)")
     b.add_argument("--history", type=whole_list(1, MAX_CONTEXT), default=[8192], metavar="N,N,...",
                    help="cells of one stream decoding after a prompt of N tokens (a chat with history)")
     b.add_argument("--profile", action="store_true",

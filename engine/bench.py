@@ -7,6 +7,10 @@ defaults). For every decode cell, the fraction of the memory roofline: the bytes
 read (every weight it touches, the embedding rows it gathers, and each stream's K/V so far) over the
 step time, over the device-to-device copy bandwidth measured in the same run (bytes read + written).
 
+`--interleave S` (default 4) adds "decode while a long prompt is read": S streams decoding alone, then
+while the longest prompt length arrives and is read, and that prompt's rate against its solo cell.
+Prompt cells carry MFU (engine/bench_prefill.py).
+
 `--drafter NAME --draft-tokens K` adds, after each decode cell, the same cell decoded in verify
 windows (`--drafter oracle` proposes the plain cell's own tokens: every draft accepted, the ceiling
 any drafter can reach): tok/s, the mean accepted length, and the verify window's cost, the median
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .bench_prefill import gemm_rate, interleave_cells, interleave_names, mfu_note
 from .bench_profile import format_profile, profile_chunk, profile_step
 from .errors import PlanError
 from .settings import EngineSettings, SamplingParams
@@ -198,15 +203,18 @@ class Bench:
     rid: int = 0
     t_end: float = 0.0  # perf_counter when the last run ended
 
+    def next_id(self) -> int:
+        self.rid += 1
+        return self.rid
+
     def run(self, sched, prompts, params: SamplingParams, messages: bool = False) -> tuple[float, list]:
         from .engine import run_to_end
         seqs = []
         for p in prompts:
-            self.rid += 1
             if messages:
-                seqs.append(self.runner.sequence(self.rid, self.settings, p, params, lambda e: None))
+                seqs.append(self.runner.sequence(self.next_id(), self.settings, p, params, lambda e: None))
             else:
-                seqs.append(self.runner.sequence(self.rid, self.settings, None, params, lambda e: None, p))
+                seqs.append(self.runner.sequence(self.next_id(), self.settings, None, params, lambda e: None, p))
         b = self.runner.backend
         b.synchronize()
         t = time.perf_counter()
@@ -304,8 +312,9 @@ def main(a) -> int:
     print(f"bench: {runner.loaded.name} on {b.name} ({b.device}), {s.kv_dtype} KV, parallel {s.parallel}, "
           f"context {s.context}, prefill chunk {s.prefill_chunk} ({s.prefill_precision})")
     print(sched.plan.line)
+    rate, rate_what = gemm_rate(b)
     print(f"weights read per decode step: {wbytes / GB:.3f} GB; copy bandwidth {bw / 1e12:.3f} TB/s "
-          f"(device-to-device, read + write)")
+          f"(device-to-device, read + write); dense GEMM {rate / 1e12:.1f} TFLOP/s ({rate_what}, for MFU)")
     sys.stdout.flush()
 
     bench = Bench(runner, s)
@@ -323,7 +332,7 @@ def main(a) -> int:
             continue
         ids = rng.integers(16, hi, n).tolist()
         dt, _ = bench.run(sched, [ids], greedy)
-        cells.append(Cell(prompt_cell_name(n), tok_s=n / dt))
+        cells.append(Cell(prompt_cell_name(n), tok_s=n / dt, note=mfu_note(runner.model, n, n / dt, rate)))
         log(f"bench: prefill {n} in {dt:.2f} s")
 
     bench.timed_decode(sched)
@@ -346,6 +355,19 @@ def main(a) -> int:
                 cells.append(drafted_cell(bench, drafted, msgs, params, seqs, cells[-1], log))
                 sched = runner.scheduler(s)
                 bench.timed_decode(sched)
+    S = getattr(a, "interleave", 0)
+    if S and lengths:
+        n = max(lengths)
+        names = interleave_names(S, n)
+        solo = next((c.tok_s for c in cells if c.name == prompt_cell_name(n)), None)
+        if S + 1 > s.parallel or n + a.decode_tokens + 2 * s.prefill_chunk > s.context:
+            why = (f"more than --parallel {s.parallel} - 1 streams" if S + 1 > s.parallel
+                   else f"beyond --context {s.context}")
+            cells += [Cell(names[0], note=f"skipped: {why}"), Cell(names[1])]
+        else:
+            msgs = [[{"role": "user", "content": c}] for c in CHATS]
+            cells += interleave_cells(bench, sched, S, rng.integers(16, hi, n).tolist(), solo, msgs, a.decode_tokens,
+                                      log)
     for n in getattr(a, "history", []):
         name = history_cell_name(n)
         if n + a.decode_tokens + 2 > s.context:

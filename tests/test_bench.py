@@ -109,3 +109,35 @@ def test_drafted_cells_report_acceptance_and_the_window_cost(capsys):
         assert float(cell[1].replace(",", "")) > 0 and float(cell[2]) > 0
         # 9 tokens: the prompt's, then windows of 4 accepted in full (the last cut by the token limit)
         assert "mean accepted length 4.00, window " in cell[-1] and cell[-1].endswith("x one row's step")
+
+
+def test_mfu_counts_every_product_and_the_prompts_attention():
+    from engine.bench_prefill import mfu_note, product_flops, prompt_flops_per_token
+    model = build(synthetic("tiny-llama"), NumpyBackend())
+    cfg = model.cfg
+    weights = sum(a.size for layer in model.layers for a in layer.values() if a.ndim == 2)
+    assert product_flops(model) == 2 * weights
+    attention = 4 * cfg.layers * cfg.heads * cfg.head_dim * (100 + 1) / 2
+    assert prompt_flops_per_token(model, 100) == 2 * weights + attention
+    assert mfu_note(model, 100, 1e3, 2 * (2 * weights + attention) * 1e3) == "MFU 50.0 %"
+    moe = build(synthetic("tiny-qwen3.5-moe"), NumpyBackend())
+    experts = sum(v.size for layer in moe.layers for k, v in layer.items() if k.startswith("experts"))
+    dense = product_flops(moe) - 2 * experts * moe.cfg.top_k / moe.cfg.experts
+    assert 0 < dense < product_flops(moe)
+
+
+def test_decode_while_a_long_prompt_is_read(capsys):
+    a = argparse.Namespace(model=None, synthetic="tiny-qwen3", backend="numpy", parallel=3, context=512,
+                           kv_dtype="bf16", kv_pages=16, kv_pages_all=True, memory_gib=None, prefill_chunk=64,
+                           prompt_lengths=[300], streams=[1], decode_tokens=6, interleave=2)
+    assert bench.main(a) == 0
+    out = capsys.readouterr().out
+    assert "dense GEMM " in out and "(numpy float32 1024^3, for MFU)" in out
+    rows = {line.split("\t")[0]: line.split("\t") for line in out.split("cell\t", 1)[1].splitlines()[1:]}
+    assert rows["prefill 300 (tok/s)"][-1].startswith("MFU ") and rows["prefill 300 (tok/s)"][-1].endswith(" %")
+    during, read = rows["2 streams while a 300-token prompt is read"], rows["the 300-token prompt beside 2 streams"]
+    assert float(during[1].replace(",", "")) > 0 and "alone " in during[-1] and "(bound -30 %)" in during[-1]
+    assert float(read[1].replace(",", "")) > 0 and "% of it (bound 50 %)" in read[-1]
+    a.interleave = 3  # the prompt needs a lane of its own
+    assert bench.main(a) == 0
+    assert "skipped: more than --parallel 3 - 1 streams" in capsys.readouterr().out
