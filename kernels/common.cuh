@@ -47,14 +47,16 @@ DEV void split_bf16(float x0, float x1, u32& hi, u32& lo) {
   lo = pack_bf16x2(x0 - h0, x1 - h1);
 }
 
-// --- tensor cores: D[16x8] += A[16x16] B[16x8], bf16 in, fp32 accumulate -------------------
-DEV void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+// --- tensor cores: D[16x8] += A[16x16] B[16x8], bf16 (mma_bf16) or fp16 (mma_f16) in, fp32 accumulate
+#define MMA_16816(NAME, T)                                                                         \
+  DEV void NAME(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {                        \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0,%1,%2,%3}, "            \
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                                        \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                  \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                          \
+  }
+MMA_16816(mma_bf16, "bf16")
+MMA_16816(mma_f16, "f16")
 
 DEV u32 smem_addr(const void* p) {
   u32 a;
