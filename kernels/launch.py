@@ -13,7 +13,9 @@ from . import function
 CHUNK = 64  # absolute key positions per decode-attention block: the one value (attention.cu gets -DCHUNK)
 GROUP = 16  # chunks merged together before the groups are: the one value (attention.cu gets -DGROUP)
 # NVRTC options per source file (kernels.file_options): the constants above, compiled in.
-FILE_OPTIONS = {"attention.cu": ("-DCHUNK=%d" % CHUNK, "-DGROUP=%d" % GROUP)}
+QG_STAGES = 3  # qgemm's cp.async pipeline depth: the one value (qgemm.cu gets -DQG_STAGES)
+FILE_OPTIONS = {"attention.cu": ("-DCHUNK=%d" % CHUNK, "-DGROUP=%d" % GROUP),
+                "qgemm.cu": ("-DQG_STAGES=%d" % QG_STAGES,)}
 NULL = np.uint64(0)
 
 i32, i64, f32 = np.int32, np.int64, np.float32
@@ -115,7 +117,7 @@ def qgemm_split(M: int, K: int, chunk: int) -> tuple[int, int]:
 
 def qgemm_smem(group: int, st: int) -> int:
     ng = 2 if group == 32 else 1
-    return 3 * (QG_ROWS * 64 * 2 + 8 * 32 * 16 + 8 * ng * 16 * QG_SCALE_WORDS[st] * 4)
+    return QG_STAGES * (QG_ROWS * 64 * 2 + 8 * 32 * 16 + 8 * ng * 16 * QG_SCALE_WORDS[st] * 4)
 
 
 def qgemm(codes, sb, st: int, group: int, M: int, K: int, x, ldx: int, y, nrows: int, chunk: int, xm: int = 0,

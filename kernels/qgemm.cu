@@ -13,10 +13,12 @@
 // (qgemm_split), never by the row count, and segments are added in order.
 #include "common.cuh"
 
-#define QG_BM 128     // weight rows a block (8 tiles of 16)
-#define QG_BN 128     // x rows a block
-#define QG_BK 64      // inputs a stage (a pair of 32-input subgroups)
-#define QG_STAGES 3   // cp.async pipeline depth
+#define QG_BN 128  // x rows a block (and weight rows: 8 tiles of 16)
+#define QG_BK 64   // inputs a stage (a pair of 32-input subgroups)
+// QG_STAGES, the cp.async pipeline depth: kernels/launch.py holds the one value (-DQG_STAGES=).
+#ifndef QG_STAGES
+#error "qgemm.cu needs QG_STAGES: compile it through kernels.launch"
+#endif
 
 DEV u32 f16x2(float lo, float hi) {
   u32 r;
