@@ -472,7 +472,8 @@ class ChatTab(QWidget):
 
     def update_meter(self) -> None:
         info = self.bridge.info
-        self.meter.show_for(self.conversation, info.context if isinstance(info, EngineInfo) else None)
+        self.meter.show_for(self.conversation, info.context if isinstance(info, EngineInfo) else None,
+                            streaming=self.generating)
 
     def _update_sampling(self) -> None:
         settings = self.bridge.settings

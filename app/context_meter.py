@@ -1,7 +1,8 @@
 """How full a conversation's context is (tokens of the last reply's prompt and answer, of the
-context the engine runs), a warning before it is full, and what happens when it is: refuse with
-a clear message, or leave the oldest turns out of the prompt (and say so on the reply); and how
-much a file attached to the next message may take."""
+context the engine runs; while a reply streams, its prompt and the tokens so far), a warning
+before it is full, and what happens when it is: refuse with a clear message, or leave the oldest
+turns out of the prompt (and say so on the reply); and how much a file attached to the next
+message may take."""
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
@@ -17,7 +18,8 @@ AT_LIMIT = {"refuse": "Refuse", "drop": "Drop oldest turns"}
 
 
 def used_tokens(conv: Conversation) -> int | None:
-    """Tokens the conversation took at its last reply (prompt and answer); None before any."""
+    """Tokens the conversation took at its last reply (prompt and answer; so far, for a reply being
+    written); None before any."""
     last = next((m for m in reversed(conv.messages) if m.role == "assistant" and m.prompt_tokens), None)
     return last.prompt_tokens + (last.tokens or 0) if last is not None else None
 
@@ -65,7 +67,8 @@ class ContextMeter(QWidget):
         layout.addWidget(self.label)
         layout.addWidget(self.choice)
 
-    def show_for(self, conv: Conversation, context: int | None) -> None:
+    def show_for(self, conv: Conversation, context: int | None, streaming: bool = False) -> None:
+        """`streaming`: a reply is being written, and its tokens so far are counted."""
         self.choice.setCurrentIndex(max(self.choice.findData(conv.at_limit), 0))
         used = used_tokens(conv)
         if not context:
@@ -78,5 +81,6 @@ class ContextMeter(QWidget):
         elif share >= WARN_AT:
             text += " · nearly full"
         self.label.setText(text)
-        self.label.setToolTip(f"{share:.0%} of the context this engine runs, after the last reply")
+        when = "with the reply so far" if streaming else "after the last reply"
+        self.label.setToolTip(f"{share:.0%} of the context this engine runs, {when}")
         theme.restyle(self.label, "error" if share >= WARN_AT else "meta")

@@ -263,6 +263,9 @@ class Conversation:
                    snapshot=snapshot if isinstance(snapshot, dict) else None)
 
     def to_markdown(self) -> str:
+        """The conversation as one Markdown document. A user message reads as the engine read it
+        (its files first, each a fenced block under its name); a code fence a message leaves open
+        (a reply cut at its max tokens) is closed, so the next message is not read as code."""
         parts = [f"# {self.title or 'Untitled conversation'}", ""]
         meta = [self.created[:10]] + ([self.model] if self.model else [])
         parts += [f"*{' · '.join(meta)}*", ""]
@@ -273,11 +276,9 @@ class Conversation:
             if m.interrupted:
                 head += " (interrupted)"
             parts += [head, ""]
-            if m.attachments:
-                parts += ["*Attached: " + ", ".join(f"`{a.name}`" for a in m.attachments) + "*", ""]
             if m.reasoning.strip():
                 parts += ["<details><summary>Thinking</summary>", "", m.reasoning.strip(), "", "</details>", ""]
-            parts += [closed(m.text.rstrip()), ""]
+            parts += [closed(m.content().rstrip()), ""]
         return "\n".join(parts)
 
 

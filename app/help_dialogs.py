@@ -39,8 +39,20 @@ def plain(text: str) -> str:
     return text.replace("&&", "\0").replace("&", "").replace("\0", "&").rstrip("…").strip()
 
 
+def key_name(key: QKeySequence) -> str:
+    """One binding as the user presses it. A keyboard's own key for a command (Close, Back: Qt's
+    keys from Key_Back on) is named a key, or it would read as the command."""
+    text = key.toString(QKeySequence.SequenceFormat.NativeText)
+    combo = key[0] if key.count() == 1 else None
+    own = (combo is not None and combo.keyboardModifiers() == Qt.KeyboardModifier.NoModifier
+           and combo.key().value >= Qt.Key.Key_Back.value)
+    return f"{text} key" if own else text
+
+
 def keys_text(action: QAction) -> str:
-    return ", ".join(k.toString(QKeySequence.SequenceFormat.NativeText) for k in action.shortcuts())
+    """The action's bindings as alternatives ("Ctrl+W or Ctrl+F4"): Qt writes a sequence of keys
+    pressed in turn with commas, so a comma between alternatives would read as one."""
+    return " or ".join(key_name(k) for k in action.shortcuts())
 
 
 def shortcut_rows(window: QMainWindow) -> list[tuple[str, str, str]]:

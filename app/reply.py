@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .chat_tab import ChatTab
 
 STREAM_SAVE_PERIOD_S = 2.0
+METER_PERIOD_S = 0.25  # the context meter follows a streaming reply this often at most
 
 # Tab states, shown as the tab's icon.
 IDLE, WAITING, GENERATING, ERROR = "idle", "waiting", "generating", "error"
@@ -44,6 +45,7 @@ class Reply:
         self._t0: float | None = None
         self._sent = time.monotonic()
         self._saved_at = time.monotonic()
+        self._metered_at = 0.0  # the meter last showed this reply's tokens so far
         self._output = False  # any text or thinking arrived
         self.live_tps = 0.0  # decode rate so far, for the total across tabs
 
@@ -64,6 +66,7 @@ class Reply:
             self.tab.set_state(GENERATING)
             return
         self.message.prompt_tokens = prompt_tokens or None
+        self.tab.update_meter()  # the prompt counts against the context from now on
         # A remote engine says how long the prompt was only at the end.
         if reused:
             self.widget.set_status(f"Resumed from snapshot ({reused} tokens); reading "
@@ -78,8 +81,10 @@ class Reply:
         self._first_output()
         self.message.reasoning += text
         self.message.reasoning_tokens = self._base[3] + tokens
+        # the reply's tokens (thinking is some of them) before its first text, as on_text counts them
+        self.message.tokens = max(self.message.tokens or 0, self._base[2] + tokens)
         self.widget.append_reasoning(text, self.message.reasoning_tokens)
-        self._progress(max(tokens, (self.message.tokens or 0) - self._base[2]))
+        self._progress(self.message.tokens - self._base[2])
 
     def on_text(self, text: str, tokens: int) -> None:
         self._first_output()
@@ -97,11 +102,15 @@ class Reply:
                 self.message.ttft = round(self._t0 - self._sent, 3)
 
     def _progress(self, tokens: int) -> None:
-        elapsed = time.monotonic() - (self._t0 or time.monotonic())
+        now = time.monotonic()
+        elapsed = now - (self._t0 or now)
         self.live_tps = tokens / elapsed if elapsed > 0.2 else 0.0
         self.widget.update_meta(live_tps=self.live_tps)
-        if time.monotonic() - self._saved_at > STREAM_SAVE_PERIOD_S:
-            self._saved_at = time.monotonic()
+        if now - self._metered_at >= METER_PERIOD_S:  # a few times a second, however fast tokens come
+            self._metered_at = now
+            self.tab.update_meter()
+        if now - self._saved_at > STREAM_SAVE_PERIOD_S:
+            self._saved_at = now
             self.tab.save(background=True)
 
     def on_finished(self, event: Finished) -> None:

@@ -1,7 +1,8 @@
 """Conversations out of and into Lanechat: what an export writes and what an import reads.
 
-Export: one conversation or several, as Markdown (to read; several are separated by rules) or as
-JSON (to import again: one conversation's file as the store writes it, several as a list of them).
+Export: one conversation or several, as Markdown (to read, attached files included; several are
+separated by rules) or as JSON (to import again: one conversation's file as the store writes it,
+several as a list of them).
 Import reads our JSON of any format version the store reads, a list of those (an export of all),
 and a plain list of {role, content} messages (the OpenAI chat form, bare or as {"messages": [...]}):
 system messages become the system prompt. A file that is none of these is refused whole with the

@@ -1,9 +1,18 @@
 """The context meter, what happens at the context's limit (refuse, or drop the oldest turns and
 say so), time to first token per reply, and the total rate while several tabs stream."""
+import time
+
+import pytest
+from fake_engine import FAKE_INFO, _stop_fake_engines, bridge_with  # noqa: F401 - the fixture applies here
+from tab_actions import shown
 from test_app_window import click, conv_file, launch, send, settings_for  # noqa: F401 - the window fixture
 
+from app.chat_tab import ChatTab
 from app.context_meter import ContextMeter, used_tokens
 from app.conversation import Conversation, Message
+from app.reply import METER_PERIOD_S
+from app.store import ConversationStore
+from engine import EngineSettings
 
 LONG = "many words to fill the context " * 25
 
@@ -24,6 +33,36 @@ def test_the_meter_counts_the_last_reply_and_warns_before_the_limit(qtbot):
     meter.show_for(c, None)
     assert meter.label.text() == ""
     assert used_tokens(Conversation()) is None
+
+
+@pytest.mark.parametrize("think", [0, 10**6], ids=["text", "thinking"])
+def test_the_meter_counts_a_reply_while_it_streams_a_few_times_a_second(qtbot, tmp_path, run_async, think):
+    bridge, _ = bridge_with(n=10**6, gap=0.0005, think=think, info=FAKE_INFO)  # until stopped: prompt 5, context 512
+    run_async(bridge.start(EngineSettings()))
+    tab = shown(qtbot, ChatTab(Conversation(), ConversationStore(tmp_path), bridge))
+    shows, show_for = [], tab.meter.show_for
+    tab.meter.show_for = lambda *a, **kw: (shows.append(time.monotonic()), show_for(*a, **kw))
+
+    def used() -> int:
+        return int(tab.meter.label.text().split()[1].replace(",", ""))
+
+    tab.composer.set_text("Hi")
+    click(qtbot, tab.composer.send_button)
+    sent = time.monotonic()
+    qtbot.waitUntil(lambda: used() > 5, timeout=10000)  # the prompt, and tokens of the reply so far
+    first = used()
+    qtbot.waitUntil(lambda: used() > first, timeout=10000)  # ... and it moves on as more arrive
+    reply = tab.conversation.messages[-1]
+    assert tab.generating and used() <= 5 + reply.tokens and "with the reply so far" in tab.meter.label.toolTip()
+    progress, update_meta = [], tab.view.widgets[-1].update_meta  # once per batch of tokens delivered
+    tab.view.widgets[-1].update_meta = lambda *a, **kw: (progress.append(1), update_meta(*a, **kw))
+    qtbot.wait(1500)
+    streamed = time.monotonic() - sent
+    click(qtbot, tab.composer.stop_button)
+    qtbot.waitUntil(lambda: not tab.generating, timeout=10000)
+    assert bool(reply.reasoning) == bool(think) and reply.tokens > 50
+    assert len(shows) <= streamed / METER_PERIOD_S + 4 < len(progress)  # not per token, nor per batch
+    assert used() == 5 + reply.tokens and "after the last reply" in tab.meter.label.toolTip()
 
 
 def fill(tab, turns):

@@ -252,7 +252,27 @@ def test_own_sampling_files_and_the_finish_reason_round_trip():
     sp = again.sampling_for(SamplingParams(temperature=0.7, top_k=40, max_tokens=1024))
     assert (sp.temperature, sp.top_k, sp.seed, sp.max_tokens) == (0.2, 40, 7, 64)
     assert again.engine_messages()[0]["content"] == "File: main.py\n```py\nprint(1\n```\n\nWhy does this fail?"
-    assert "*Attached: `main.py`*" in again.to_markdown()
+    assert "## You\n\nFile: main.py\n```py\nprint(1\n```\n\nWhy does this fail?\n" in again.to_markdown()
+
+
+def test_the_export_holds_each_attached_file_as_the_model_read_it():
+    # A file with fences of its own, a question left inside an open fence, then the reply: each file
+    # is a code block under its name, and neither the question nor the reply is read as code.
+    c = Conversation()
+    readme = "# Use\n```sh\nmake\n```\n"
+    c.add(Message("user", "Why?\n```\nmake: *** no rule", attachments=[Attachment("README.md", readme, 9),
+                                                                      Attachment("Makefile", "all:\n\techo hi", 4)]))
+    c.add(Message("assistant", "No target is named so."))
+    c.add(Message("user", "", attachments=[Attachment("notes.txt", "n\n")]))
+    md = c.to_markdown()
+    assert f"## You\n\n{c.messages[0].content()}\n```\n\n## Assistant" in md
+    assert "File: README.md\n````md\n" + readme + "````" in md and "File: Makefile\n```\nall:\n\techo hi\n```" in md
+    assert md.endswith("## You\n\nFile: notes.txt\n```txt\nn\n```\n")
+    blocks = split_blocks(md)
+    code = [b.text for b in blocks if b.kind == "code"]
+    assert code == [readme.rstrip(), "all:\n\techo hi", "make: *** no rule", "n"]
+    after = blocks[[b.text for b in blocks].index("make: *** no rule") + 1]
+    assert after.kind == "text" and "## Assistant\n\nNo target is named so." in after.text
 
 
 def test_a_message_of_files_alone_is_named_after_them():
