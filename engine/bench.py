@@ -4,7 +4,8 @@ Cells, as in the seed's table: prompt tok/s at 2,048 / 9,216 / 15,000 tokens (on
 warm-up), and aggregate decode tok/s of 1, 4 and 8 streams x 256 tokens (completion tokens / wall,
 fixed chat prompts, ignore_eos), greedy and at temperature 1.0 (top_k 40, top_p 0.95: the app's
 defaults). For every decode cell, the fraction of the memory roofline: the bytes a decode step must
-read (every weight it touches, the embedding rows it gathers, and each stream's K/V so far) over the
+read (every weight it touches, the embedding rows it gathers, each stream's K/V so far, and the DeltaNet
+state each stream reads and writes back) over the
 step time, over the device-to-device copy bandwidth measured in the same run (bytes read + written).
 
 `--interleave S` (default 4) adds "decode while a long prompt is read": S streams decoding alone, then
@@ -78,6 +79,11 @@ def step_weight_bytes(model, rows: int) -> int:
 def step_kv_bytes(cfg, kv_dtype: str, positions: list[int]) -> int:
     """K/V the attention of one step reads: keys 0..position of every row."""
     return sum(p + 1 for p in positions) * cfg.kv_bytes_per_token(kv_dtype)
+
+
+def step_state_bytes(cfg, rows: int) -> int:
+    """The DeltaNet conv rows and fp32 state each row's stream reads and writes back in one step."""
+    return 2 * rows * cfg.state_bytes_per_stream()
 
 
 # --- the table -------------------------------------------------------------------------------------
@@ -230,7 +236,7 @@ class Bench:
         def observe(step) -> None:
             rows = len(step.positions)
             self.steps.append((rows, step.seconds, step_weight_bytes(model, rows)
-                               + step_kv_bytes(cfg, dtype, step.positions)))
+                               + step_kv_bytes(cfg, dtype, step.positions) + step_state_bytes(cfg, rows)))
         sched.step_observer = observe
 
 
@@ -313,6 +319,8 @@ def main(a) -> int:
           f"context {s.context}, prefill chunk {s.prefill_chunk} ({s.prefill_precision})")
     print(sched.plan.line)
     rate, rate_what = gemm_rate(b)
+    if cfg.state_bytes_per_stream():
+        print(f"DeltaNet state read + written per stream and step: {step_state_bytes(cfg, 1) / GB:.3f} GB")
     print(f"weights read per decode step: {wbytes / GB:.3f} GB; copy bandwidth {bw / 1e12:.3f} TB/s "
           f"(device-to-device, read + write); dense GEMM {rate / 1e12:.1f} TFLOP/s ({rate_what}, for MFU)")
     sys.stdout.flush()

@@ -141,3 +141,12 @@ def test_decode_while_a_long_prompt_is_read(capsys):
     a.interleave = 3  # the prompt needs a lane of its own
     assert bench.main(a) == 0
     assert "skipped: more than --parallel 3 - 1 streams" in capsys.readouterr().out
+
+
+def test_a_hybrid_step_reads_and_writes_each_streams_deltanet_state():
+    from engine.synthetic import config_for
+    cfg, _ = config_for("qwen3.5-27b")
+    per = cfg.state_bytes_per_stream()
+    assert per == 48 * (cfg.conv_channels * 3 * 4 + 48 * 128 * 128 * 4)  # 48 DeltaNet layers, fp32
+    assert bench.step_state_bytes(cfg, 8) == 2 * 8 * per
+    assert bench.step_state_bytes(config_for("llama3-8b")[0], 8) == 0
