@@ -127,11 +127,15 @@ def add_kv(p: argparse.ArgumentParser, parallel: int = 1, context: int = 4096,
     p.add_argument("--memory-gib", type=number(0, MAX_MEMORY_GIB, open_low=True),
                    help="KV memory budget (default: a safe share of free memory)")
     p.add_argument("--prefill-chunk", type=power_of_two(1, MAX_PREFILL_CHUNK), default=128)
-    p.add_argument("--prefill-precision", default="fp16", choices=PREFILL_PRECISIONS,
-                   help="prompt products: fp16 tensor cores (GPU; fast) or exact (near-fp32, as decode)")
+    add_prefill_precision(p)
     p.add_argument("--prompt-cache-gib", type=number(0, MAX_MEMORY_GIB), default=0.0,
                    help="pool pages the prompt cache may keep for reuse (part of the KV budget; 0 = off)")
     add_drafter(p, drafters)
+
+
+def add_prefill_precision(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prefill-precision", default="fp16", choices=PREFILL_PRECISIONS,
+                   help="prompt products: fp16 tensor cores (GPU; fast) or exact (near-fp32, as decode)")
 
 
 def add_drafter(p: argparse.ArgumentParser, choices: tuple[str, ...], default: str = "none",
@@ -313,8 +317,7 @@ def parser() -> argparse.ArgumentParser:
     gt.add_argument("--max-tokens", type=tokens, default=24)
     gt.add_argument("--context", type=whole(16, MAX_CONTEXT), default=1024)
     gt.add_argument("--quick", action="store_true", help="fewer arms (tests)")
-    gt.add_argument("--prefill-precision", default="fp16", choices=PREFILL_PRECISIONS,
-                    help="prompt products: fp16 tensor cores (GPU) or exact")
+    add_prefill_precision(gt)
     add_drafter(gt, ("all", "none", "ngram", "mtp", "dflash2", "oracle"), "all", 3)
     gt.add_argument("--offsets", type=whole_list(1, MAX_CONTEXT), metavar="N,N,...",
                     help="long prompts ending at these positions (e.g. 4796,8192,8292,8448 with --context "

@@ -92,11 +92,16 @@ class Slots(NamedTuple):
     Z: int
 
 
+def slot_rows(nt: int) -> int:
+    """Ids a slot of `nt` n-tiles holds (qmv's x rows a block: 4 packed, or 8 per n-tile)."""
+    return 8 * nt if nt else 4
+
+
 def moe_slots(experts, E: int) -> Slots:
     import cupy
     nk = experts.size
     nt = 0 if nk <= 4 * min(E, nk) else 2  # a schedule only: rows per expert slot
-    R = 8 * nt if nt else 4
+    R = slot_rows(nt)
     Z = -(-nk // R) + min(E, nk)
     table = cupy.empty(Z * (2 + R), cupy.int32)
     function("moe.cu", "moe_slots")((1,), (1024,), (experts, i32(nk), i32(E), i32(R), table, i32(Z)))
@@ -113,8 +118,7 @@ def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: i
     nk = slots.nk
     KS, P = L.qmv_split(M, K) if split else (K, 1)
     mblocks = -(-M // 128)
-    Z = slots.Z
-    R = 8 * slots.nt if slots.nt else 4
+    Z, R = slots.Z, slot_rows(slots.nt)
     if P > 1:
         part = cupy.empty(Z * P * R * Mp, cupy.float32)
         counters = L.qmv_counters(Z * mblocks)

@@ -256,9 +256,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         RMSNorm or SiLU-gate input is computed by the product as it stages its input."""
         self._use()
         if isinstance(w, QWeight):
-            if pad_to and fp16 and w.bits == 4:
-                return self._qgemm(x, w, pad_to)
-            return self._qlinear(x, w)
+            return self._qlinear(x, w, pad_to if pad_to and fp16 and w.bits == 4 else 0)
         x = self._rows2d(x)
         n = x.shape[0]
         y = cupy.empty((n, w.M), cupy.float32)
@@ -266,50 +264,30 @@ class CupyBackend(Qwen35Ops, DrafterOps):
             K.dense_gemv(w.w, w.M, w.K, x, None, x.strides[0] // 4, 0, y, n)
         return y
 
-    def _qlinear(self, x, w: "QWeight"):
-        if isinstance(x, Normed) and x.w.shape == (w.K,) and x.w.dtype == cupy.float32:
-            n = x.shape[0]
-            y = cupy.empty((n, w.M), cupy.float32)
-            if n:
-                res = x.res
-                hout = None if x.h_ready else x.h
-                K.qmv(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, x.x, x.x.strides[0] // 4, y, n, xm=2,
-                      x2=res, ldx2=0 if res is None else res.strides[0] // 4, nw=x.w, eps=x.eps, hout=hout,
-                      ldh=w.K)
-                x.h_ready = True
-            return y
-        if isinstance(x, SiluMul) and all(aligned_rows(a) for a in (x.g, x.u)):
-            n = x.shape[0]
-            y = cupy.empty((n, w.M), cupy.float32)
-            if n:
-                K.qmv(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, x.g, x.g.strides[0] // 4, y, n, xm=1,
-                      x2=x.u, ldx2=x.u.strides[0] // 4)
-            return y
-        x = self._rows2d(x)
-        n = x.shape[0]
-        y = cupy.empty((n, w.M), cupy.float32)
-        if n:
-            K.qmv(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, x, x.strides[0] // 4, y, n)
-        return y
-
-    def _qgemm(self, x, w: "QWeight", chunk: int):
-        """A prompt chunk's product on tensor cores in fp16 (kernels/qgemm.cu), the pending input op
-        staged with it; the same arithmetic for every row of every chunk."""
-        kw = {}
+    def _staged(self, x, w: "QWeight"):
+        """(the x rows, the products' input-mode keywords): a pending RMSNorm (its residual's h written
+        by the product) or SiLU gate is applied as the product stages its input."""
         if isinstance(x, Normed) and x.w.shape == (w.K,) and x.w.dtype == cupy.float32:
             res = x.res
             kw = dict(xm=2, x2=res, ldx2=0 if res is None else res.strides[0] // 4, nw=x.w, eps=x.eps,
                       hout=None if x.h_ready else x.h, ldh=w.K)
-            x.h_ready, x = True, x.x
-        elif isinstance(x, SiluMul) and all(aligned_rows(a) for a in (x.g, x.u)):
-            kw = dict(xm=1, x2=x.u, ldx2=x.u.strides[0] // 4)
-            x = x.g
-        else:
-            x = self._rows2d(x)
+            if x.shape[0]:
+                x.h_ready = True
+            return x.x, kw
+        if isinstance(x, SiluMul) and all(aligned_rows(a) for a in (x.g, x.u)):
+            return x.g, dict(xm=1, x2=x.u, ldx2=x.u.strides[0] // 4)
+        return self._rows2d(x), {}
+
+    def _qlinear(self, x, w: "QWeight", fp16_chunk: int = 0):
+        """qmv, or with fp16_chunk a prompt chunk's product on tensor cores in fp16 (kernels/qgemm.cu:
+        the same arithmetic for every row of every chunk of that size)."""
+        x, kw = self._staged(x, w)
         n = x.shape[0]
         y = cupy.empty((n, w.M), cupy.float32)
-        if n:
-            K.qgemm(w.codes, w.sb, w.st, w.group, w.M, w.K, x, x.strides[0] // 4, y, n, chunk, **kw)
+        if n and fp16_chunk:
+            K.qgemm(w.codes, w.sb, w.st, w.group, w.M, w.K, x, x.strides[0] // 4, y, n, fp16_chunk, **kw)
+        elif n:
+            K.qmv(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, x, x.strides[0] // 4, y, n, **kw)
         return y
 
     def concat(self, parts: list, axis: int = -1) -> "cupy.ndarray":

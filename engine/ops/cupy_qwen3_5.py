@@ -66,28 +66,26 @@ class Qwen35Ops:
 
     def conv1d_step(self, x, w, conv_state, lanes, window: int = 1, stride: int = 0):
         """Every row of every window in one launch: a thread steps its channel through its stream's rows."""
+        return self._conv_step(x, w, conv_state, lanes, None, window, stride)
+
+    def conv1d_step_gates(self, x, w, conv_state, lanes, a, b, a_log, dt_bias, window: int = 1, stride: int = 0):
+        """conv1d_step and deltanet_gates of decode rows in one launch (the gates' bits are deltanet_gates')."""
+        a, lda = self._q_rows(a, 2)
+        b, ldb = self._q_rows(b, 2)
+        n, Hv = a.shape
+        g = cupy.empty((n, Hv), cupy.float32)
+        beta = cupy.empty((n, Hv), cupy.float32)
+        gates = (a, lda, b, ldb, self._q_f32(a_log), self._q_f32(dt_bias), g, beta, Hv)
+        return self._conv_step(x, w, conv_state, lanes, gates, window, stride), g, beta
+
+    def _conv_step(self, x, w, conv_state, lanes, gates, window: int, stride: int):
         x, ldx = self._q_rows(x, 2)
         n, C = x.shape
         out = cupy.empty((n, C), cupy.float32)
         if n:
             KQ.conv1d_step(x, ldx, self._q_f32(w), conv_state, self._dev_i32(lanes), conv_state.shape[0], out, C,
-                           w.shape[1], n, window=window, stride=stride)
+                           w.shape[1], n, gates, window, stride)
         return out
-
-    def conv1d_step_gates(self, x, w, conv_state, lanes, a, b, a_log, dt_bias, window: int = 1, stride: int = 0):
-        """conv1d_step and deltanet_gates of decode rows in one launch (the gates' bits are deltanet_gates')."""
-        x, ldx = self._q_rows(x, 2)
-        a, lda = self._q_rows(a, 2)
-        b, ldb = self._q_rows(b, 2)
-        (n, C), Hv = x.shape, a.shape[1]
-        out = cupy.empty((n, C), cupy.float32)
-        g = cupy.empty((n, Hv), cupy.float32)
-        beta = cupy.empty((n, Hv), cupy.float32)
-        if n:
-            KQ.conv1d_step(x, ldx, self._q_f32(w), conv_state, self._dev_i32(lanes), conv_state.shape[0], out, C,
-                           w.shape[1], n, (a, lda, b, ldb, self._q_f32(a_log), self._q_f32(dt_bias), g, beta, Hv),
-                           window, stride)
-        return out, g, beta
 
     def deltanet_gates(self, a, b, a_log, dt_bias):
         a, lda = self._q_rows(a, 2)
