@@ -36,7 +36,10 @@ def load_settings() -> tuple[EngineSettings, str | None]:
         return EngineSettings(), None
     try:
         raw = jsonfile.read(path, MAX_DEPTH, MAX_BYTES)
-        return EngineSettings.from_dict(raw["engine"]).validate(), None
+        engine = raw["engine"]
+        if isinstance(engine, dict):  # the app leaves the prompt chunk to the backend; older files hold 128
+            engine = {k: v for k, v in engine.items() if k != "prefill_chunk"}
+        return EngineSettings.from_dict(engine).validate(), None
     except (OSError, ValueError, KeyError, TypeError, LanechatError) as e:
         return EngineSettings(), f"Settings in {path} could not be used ({e}); using the defaults."
 

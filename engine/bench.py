@@ -304,7 +304,7 @@ def main(a) -> int:
     paging = "all" if a.kv_pages_all else ("pages" if a.kv_pages else "off")
     s = EngineSettings(model=a.model, backend=a.backend, parallel=a.parallel, context=a.context,
                        kv_dtype=a.kv_dtype, paging=paging, page_tokens=a.kv_pages or 256, memory_gib=a.memory_gib,
-                       prefill_chunk=getattr(a, "prefill_chunk", 128),
+                       prefill_chunk=getattr(a, "prefill_chunk", 0),
                        prefill_precision=getattr(a, "prefill_precision", "fp16")).validate()
     drafter = getattr(a, "drafter", "none")
     drafted = replace(s, drafter=drafter, drafter_model=getattr(a, "drafter_model", None),
@@ -313,6 +313,7 @@ def main(a) -> int:
     runner = build_runner(a, s, log)
     b, cfg = runner.backend, runner.loaded.config
     sched = runner.scheduler(s)
+    s = sched.s  # the backend's prefill chunk filled in
     bw = copy_bandwidth(b)
     wbytes = step_weight_bytes(runner.model, 0)
     print(f"bench: {runner.loaded.name} on {b.name} ({b.device}), {s.kv_dtype} KV, parallel {s.parallel}, "

@@ -68,6 +68,7 @@ def main(a) -> int:
                        kv_dtype=a.kv_dtype, paging=paging, page_tokens=a.kv_pages or 256, memory_gib=a.memory_gib,
                        prefill_chunk=a.prefill_chunk, prompt_cache_gib=0.0).validate()
     runner = build_runner(a, s, log)
+    s = s.with_chunk(runner.backend.prompt_chunk)
     cfg = runner.loaded.config
     cached = replace(s, prompt_cache_gib=a.prompt_cache_gib)
     follow = runner.tokenizer.encode(FOLLOW_UP)

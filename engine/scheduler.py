@@ -79,6 +79,7 @@ class Scheduler:
                  kv_store: str | None = None, drafter_weights=None):
         """kv_store: the K/V storage of the cache, plan.kv_dtype unless a test asks for `kv.cache.F32`;
         drafter_weights: a DFlash2 drafter's prepared checkpoint (`Runner.drafter_weights`)."""
+        settings = settings.with_chunk(backend.prompt_chunk)  # fixed for the scheduler: prompts cut one way
         self.s, self.plan, self.model, self.b, self.tok = settings, plan, model, backend, tokenizer
         self.lanes = Lanes(settings.parallel, settings.context, settings.page_tokens, settings.paging, plan.pool_pages)
         self.cache = model.make_cache(backend, plan, kv_store)  # this scheduler's streams' state, and only theirs

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .errors import PlanError
@@ -63,7 +63,7 @@ class EngineSettings:
     paging: str = "pages"
     page_tokens: int = 256
     memory_gib: float | None = None  # KV budget; None: a safe fraction of free memory
-    prefill_chunk: int = 128
+    prefill_chunk: int = 0  # rows a prompt chunk runs; 0: the backend's (Backend.prompt_chunk)
     prefill_precision: str = "fp16"  # PREFILL_PRECISIONS
     drafter: str = "none"  # speculative decoding: none, ngram (prompt lookup), mtp (the checkpoint's own head), dflash2
     drafter_model: str | None = None  # dflash2: the drafter checkpoint folder (or synthetic:dflash2)
@@ -87,9 +87,9 @@ class EngineSettings:
         if isinstance(p, bool) or not isinstance(p, int) or not 16 <= p <= MAX_PAGE_TOKENS or p & (p - 1):
             raise PlanError(f"page size must be a power of two from 16 to {MAX_PAGE_TOKENS} tokens, got {_shown(p)}")
         c = self.prefill_chunk
-        if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= MAX_PREFILL_CHUNK or c & (c - 1):
-            raise PlanError(f"prefill chunk must be a power of two from 1 to {MAX_PREFILL_CHUNK} tokens, "
-                            f"got {_shown(c)}")
+        if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= MAX_PREFILL_CHUNK or c & (c - 1):
+            raise PlanError(f"prefill chunk must be a power of two from 1 to {MAX_PREFILL_CHUNK} tokens "
+                            f"(or 0: the backend's), got {_shown(c)}")
         if not isinstance(self.prefill_precision, str) or self.prefill_precision not in PREFILL_PRECISIONS:
             raise PlanError(f"prefill precision must be fp16 or exact, got {_shown(self.prefill_precision)}")
         if not isinstance(self.drafter, str) or self.drafter not in DRAFTERS:
@@ -106,6 +106,10 @@ class EngineSettings:
             raise PlanError("sampling must be SamplingParams")
         self.sampling.validate()
         return self
+
+    def with_chunk(self, backend_chunk: int) -> "EngineSettings":
+        """These settings with the backend's prefill chunk where they leave it to the backend (0)."""
+        return self if self.prefill_chunk else replace(self, prefill_chunk=backend_chunk)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

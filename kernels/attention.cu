@@ -330,26 +330,36 @@ __global__ void __launch_bounds__(256, 3) attn_decode(const float* __restrict__ 
   if (tid == 0) cnt[0] = 0;
 }
 
-// c0 += (h + l) b[0..1], c1 += (h + l) b[2..3]: a hi + lo A fragment against two n-tiles of B.
-DEV void mma_hilo2(float* c0, float* c1, const u32* h, const u32* l, const u32* b) {
+// c0 += a b[0..1], c1 += a b[2..3] against two n-tiles of B, a = h (ONE) or h + l (two MMAs each).
+template <int ONE>
+DEV void mma_pair(float* c0, float* c1, const u32* h, const u32* l, const u32* b) {
   mma_bf16(c0, h[0], h[1], h[2], h[3], b[0], b[1]);
-  mma_bf16(c0, l[0], l[1], l[2], l[3], b[0], b[1]);
+  if (!ONE) mma_bf16(c0, l[0], l[1], l[2], l[3], b[0], b[1]);
   mma_bf16(c1, h[0], h[1], h[2], h[3], b[2], b[3]);
-  mma_bf16(c1, l[0], l[1], l[2], l[3], b[2], b[3]);
+  if (!ONE) mma_bf16(c1, l[0], l[1], l[2], l[3], b[2], b[3]);
+}
+
+// An A fragment's pair of values: one bf16 rounding (ONE) or bf16 hi + lo.
+template <int ONE>
+DEV void operand(float x0, float x1, u32& hi, u32& lo) {
+  if (ONE) hi = pack_bf16x2(x0, x1);
+  else split_bf16(x0, x1, hi, lo);
 }
 
 // Causal attention of a prompt chunk on tensor cores: n rows of one lane (its page table is the
 // first row's), row r over keys 0..positions[r]. A block holds QR = 16 NW / G rows x G heads of one
 // kv head (query vector i = r G + g; the rest of its 16 NW are copies of its first, never written),
 // one warp per 16 of them, and walks key tiles of BK positions from 0 with an online softmax in
-// base 2. Products are near fp32: q * scale * log2(e) and the probabilities are split into bf16
-// hi + lo (two MMAs each); K and V are exact in bf16, fp8 ones too, with their per-key scales applied
-// to the scores and to the probabilities. A query's result depends on its position and keys only:
+// base 2. K and V are exact in bf16 (fp8 ones too, with their per-key scales applied to the scores
+// and to the probabilities); q * scale * log2(e) and the probabilities are split into bf16 hi + lo,
+// near fp32 products (F16 0), or rounded once to bf16 like the cache's K and V (F16 1: the fp16
+// prefill precision, one MMA a product). bf16 tiles come through a cp.async double buffer, the next
+// tile in flight while this one is used; fp8 ones are widened as they are loaded. A query's result depends on its position and keys only:
 // tiles past it add exact zeros, whatever else its block holds. Keys are split at absolute
 // multiples of KS (blockIdx.z): each block leaves its split's (max, sum, unnormalised output) per
 // query in part[row][head][split][D + 2], and attn_prompt_merge adds a row's splits in order.
 // grid = (ceil(n / QR), KH, splits), block = 32 NW; DT = D padded to the kernel's width (zero dims).
-template <int KV8, int DT, int BK, int NW>
+template <int KV8, int DT, int BK, int NW, int F16>
 __global__ void __launch_bounds__(32 * NW) attn_prompt(const float* __restrict__ q, i64 qs0, i64 qs1,
                                                        const float* __restrict__ qnw, float qeps,
                                                        const double* __restrict__ inv, int half,
@@ -361,14 +371,15 @@ __global__ void __launch_bounds__(32 * NW) attn_prompt(const float* __restrict__
                                                        float* __restrict__ part) {
   constexpr int QV = 16 * NW, P = DT + 8, NS = BK / 8, NO = DT / 8;  // P: row pitch in bf16
   const float NEG = -__int_as_float(0x7f800000);
+  constexpr int NB = KV8 ? 1 : 2;  // tile buffers: bf16 ones double-buffered through cp.async
   extern __shared__ __align__(16) u16 sq[];
-  u16* qh = sq;             // [QV][P] query hi
-  u16* ql = qh + QV * P;    // [QV][P] query lo
-  u16* kt = ql + QV * P;    // [BK][P] key tile
-  u16* vt = kt + BK * P;    // [BK][P] value tile
-  float* scr = (float*)(vt + BK * P);  // [NW][DT] a query vector as load_head leaves it
-  float* ks_s = scr + NW * DT;         // [BK] fp8 key scales of the tile
-  float* vs_s = ks_s + BK;             // [BK] fp8 value scales
+  u16* qh = sq;                           // [QV][P] query (hi)
+  u16* ql = qh + QV * P;                  // [QV][P] query lo (F16: none)
+  u16* kts = ql + (F16 ? 0 : QV * P);     // [NB][BK][P] key tiles
+  u16* vts = kts + NB * BK * P;           // [NB][BK][P] value tiles
+  float* scr = (float*)(vts + NB * BK * P);  // [NW][DT] a query vector as load_head leaves it
+  float* ks_s = scr + NW * DT;            // [BK] fp8 key scales of the tile
+  float* vs_s = ks_s + BK;                // [BK] fp8 value scales
   __shared__ int pos_s[QV];
   __shared__ int maxpos_s;
   const int kh = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -382,17 +393,17 @@ __global__ void __launch_bounds__(32 * NW) attn_prompt(const float* __restrict__
     load_head(d, q, (i64)row * qs0 + (i64)(kh * G + hg) * qs1, D, qnw, qeps, positions, row, inv, half, lane);
     for (int e = 2 * lane; e < DT; e += 64) {
       u32 hi, lo;
-      split_bf16(e < D ? d[e] * c : 0.0f, e + 1 < D ? d[e + 1] * c : 0.0f, hi, lo);
+      operand<F16>(e < D ? d[e] * c : 0.0f, e + 1 < D ? d[e + 1] * c : 0.0f, hi, lo);
       *(u32*)(qh + i * P + e) = hi;
-      *(u32*)(ql + i * P + e) = lo;
+      if (!F16) *(u32*)(ql + i * P + e) = lo;
     }
     if (lane == 0) pos_s[i] = positions[row];
     __syncwarp();
   }
-  for (int idx = tid; idx < BK * (DT - D); idx += 32 * NW) {  // dims past D stay zero in every tile
+  for (int idx = tid; idx < NB * BK * (DT - D); idx += 32 * NW) {  // dims past D stay zero in every tile
     const int j = idx / (DT - D), e = D + idx % (DT - D);
-    kt[j * P + e] = 0;
-    vt[j * P + e] = 0;
+    kts[j * P + e] = 0;
+    vts[j * P + e] = 0;
   }
   __syncthreads();
   if (tid == 0) {
@@ -412,43 +423,59 @@ __global__ void __launch_bounds__(32 * NW) attn_prompt(const float* __restrict__
   const int arow = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, acol = (lane >> 4) * 8;
   const int brow = (lane & 7) + (lane >> 4) * 8, bcol = ((lane >> 3) & 1) * 8;
   const int vrow = (lane & 7) + ((lane >> 3) & 1) * 8, vcol = (lane >> 4) * 8;
-
-  for (int k0 = kbeg; k0 <= kend; k0 += BK) {
-    __syncthreads();  // the previous tile is read
-    // 16 stored bytes at a time: 8 bf16 elements, or 16 fp8 ones widened to bf16 (exactly: e4m3 is
-    // bf16's upper half of the float)
-    constexpr int EL = KV8 ? 16 : 8;
-    const int ch = D / EL;
+  // 16 stored bytes at a time: 8 bf16 elements, or 16 fp8 ones widened to bf16 (exactly: e4m3 is
+  // bf16's upper half of the float); keys past maxpos are zeros
+  constexpr int EL = KV8 ? 16 : 8;
+  const int ch = D / EL;
+  auto load_bf16 = [&](int buf, int k0) {  // the tile's pieces in flight (cp.async, zero-filled)
     for (int idx = tid; idx < BK * ch; idx += 32 * NW) {
       const int j = idx / ch, cc = idx % ch, p = k0 + j;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-      if (p <= maxpos) {
-        const i64 e = ((slot_of(tables, p, pt) * KH + kh) * D + cc * EL) * (KV8 ? 1 : 2);
-        kv = *(const uint4*)((const u8*)kc + e);
-        vv = *(const uint4*)((const u8*)vc + e);
-      }
-      if (!KV8) {
-        *(uint4*)(kt + j * P + cc * 8) = kv;
-        *(uint4*)(vt + j * P + cc * 8) = vv;
-        continue;
-      }
-      const uint4 src[2] = {kv, vv};
-      u16* dst[2] = {kt + j * P + cc * 16, vt + j * P + cc * 16};
-#pragma unroll
-      for (int kvi = 0; kvi < 2; ++kvi) {
-        const u32 w4[4] = {src[kvi].x, src[kvi].y, src[kvi].z, src[kvi].w};
-        u32 b[8];
-#pragma unroll
-        for (int w = 0; w < 8; ++w) {
-          const u32 two = w4[w >> 1] >> (16 * (w & 1));
-          b[w] = (__float_as_uint(fp8_to_f32(two & 0xffu)) >> 16) |
-                 (__float_as_uint(fp8_to_f32((two >> 8) & 0xffu)) & 0xffff0000u);
-        }
-        *(uint4*)dst[kvi] = make_uint4(b[0], b[1], b[2], b[3]);
-        *(uint4*)(dst[kvi] + 8) = make_uint4(b[4], b[5], b[6], b[7]);
-      }
+      const i64 e = p <= maxpos ? (slot_of(tables, p, pt) * KH + kh) * D + cc * 8 : 0;
+      const int off = (buf * BK + j) * P + cc * 8, bytes = p <= maxpos ? 16 : 0;
+      cp_async16z(smem_addr(kts + off), (const u16*)kc + e, bytes);
+      cp_async16z(smem_addr(vts + off), (const u16*)vc + e, bytes);
     }
-    if (KV8) {
+  };
+  const int ntiles = (kend - kbeg) / BK + 1;
+  if (!KV8) {
+    load_bf16(0, kbeg);
+    cp_async_commit();
+  }
+
+  for (int it = 0; it < ntiles; ++it) {
+    const int k0 = kbeg + it * BK, buf = KV8 ? 0 : it & 1;
+    const u16* kt = kts + buf * BK * P;
+    const u16* vt = vts + buf * BK * P;
+    if (!KV8) {
+      if (it + 1 < ntiles) load_bf16(buf ^ 1, k0 + BK);  // its buffer was read in the last tile
+      cp_async_commit();
+      cp_async_wait<1>();  // this tile's pieces are here
+    } else {
+      __syncthreads();  // the previous tile is read
+      for (int idx = tid; idx < BK * ch; idx += 32 * NW) {
+        const int j = idx / ch, cc = idx % ch, p = k0 + j;
+        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+        if (p <= maxpos) {
+          const i64 e = (slot_of(tables, p, pt) * KH + kh) * D + cc * EL;
+          kv = *(const uint4*)((const u8*)kc + e);
+          vv = *(const uint4*)((const u8*)vc + e);
+        }
+        const uint4 src[2] = {kv, vv};
+        u16* dst[2] = {kts + j * P + cc * EL, vts + j * P + cc * EL};
+#pragma unroll
+        for (int kvi = 0; kvi < 2; ++kvi) {
+          const u32 w4[4] = {src[kvi].x, src[kvi].y, src[kvi].z, src[kvi].w};
+          u32 b[8];
+#pragma unroll
+          for (int w = 0; w < 8; ++w) {
+            const u32 two = w4[w >> 1] >> (16 * (w & 1));
+            b[w] = (__float_as_uint(fp8_to_f32(two & 0xffu)) >> 16) |
+                   (__float_as_uint(fp8_to_f32((two >> 8) & 0xffu)) & 0xffff0000u);
+          }
+          *(uint4*)dst[kvi] = make_uint4(b[0], b[1], b[2], b[3]);
+          *(uint4*)(dst[kvi] + 8) = make_uint4(b[4], b[5], b[6], b[7]);
+        }
+      }
       for (int j = tid; j < BK; j += 32 * NW) {
         const int p = k0 + j;
         const i64 sl = p <= maxpos ? slot_of(tables, p, pt) * KH + kh : 0;
@@ -465,12 +492,12 @@ __global__ void __launch_bounds__(32 * NW) attn_prompt(const float* __restrict__
     for (int kk = 0; kk < DT / 16; ++kk) {
       u32 ah[4], al[4];
       ldsm4(ah, qh + arow * P + kk * 16 + acol);
-      ldsm4(al, ql + arow * P + kk * 16 + acol);
+      if (!F16) ldsm4(al, ql + arow * P + kk * 16 + acol);
 #pragma unroll
       for (int jp = 0; jp < NS / 2; ++jp) {
         u32 b[4];
         ldsm4(b, kt + (jp * 16 + brow) * P + kk * 16 + bcol);
-        mma_hilo2(s[2 * jp], s[2 * jp + 1], ah, al, b);
+        mma_pair<F16>(s[2 * jp], s[2 * jp + 1], ah, al, b);
       }
     }
     float ta = NEG, tb = NEG;
@@ -527,17 +554,18 @@ __global__ void __launch_bounds__(32 * NW) attn_prompt(const float* __restrict__
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
       u32 ph[4], pl[4];
-      split_bf16(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-      split_bf16(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-      split_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-      split_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+      operand<F16>(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+      operand<F16>(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+      operand<F16>(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+      operand<F16>(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
 #pragma unroll
       for (int dp = 0; dp < NO / 2; ++dp) {
         u32 b[4];
         ldsm4t(b, vt + (kk * 16 + vrow) * P + dp * 16 + vcol);
-        mma_hilo2(o[2 * dp], o[2 * dp + 1], ph, pl, b);
+        mma_pair<F16>(o[2 * dp], o[2 * dp + 1], ph, pl, b);
       }
     }
+    if (!KV8) __syncthreads();  // every warp is done with this buffer before the next tile's loads
   }
 #pragma unroll
   for (int h2 = 0; h2 < 2; ++h2) {

@@ -47,6 +47,13 @@ DEV void split_bf16(float x0, float x1, u32& hi, u32& lo) {
   lo = pack_bf16x2(x0 - h0, x1 - h1);
 }
 
+// Two floats -> fp16x2 (lo in the low half), round to nearest even.
+DEV u32 f16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
 // --- tensor cores: D[16x8] += A[16x16] B[16x8], bf16 (mma_bf16) or fp16 (mma_f16) in, fp32 accumulate
 #define MMA_16816(NAME, T)                                                                         \
   DEV void NAME(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {                        \

@@ -85,22 +85,35 @@ __global__ void __launch_bounds__(256) conv1d_step(const float* __restrict__ x, 
   }
 }
 
+// Row t of (state ++ x) for t in [-(K-1), T): the state holds the K-1 rows before x, oldest first.
+template <int K>
+DEV float conv_row(const float* __restrict__ st, const float* __restrict__ x, i64 ldx, int c, int t) {
+  return t < 0 ? st[K - 1 + t] : x[(i64)t * ldx + c];
+}
+
 // One lane's prompt rows: x [T, C] (row stride ldx); slot `slot` holds the K-1 rows before them and
-// receives the last K-1 rows of (state ++ x). out [T, C]. grid = ceil(C/256), block = 256.
+// receives the last K-1 rows of (state ++ x). out [T, C]. A thread computes CONV_ROWS rows of its
+// channel from the rows before them (the serial loop's values, so its bits); blockIdx.y 0, the only
+// block that reads the old state, writes the new one. grid = (ceil(C/256), ceil(T/CONV_ROWS)), block = 256.
+#define CONV_ROWS 16
 template <int K>
 __global__ void __launch_bounds__(256) conv1d_prompt(const float* __restrict__ x, i64 ldx,
                                                      const float* __restrict__ w, float* __restrict__ state,
                                                      int slot, float* __restrict__ out, int C, int T) {
-  const int c = blockIdx.x * 256 + threadIdx.x;
+  const int c = blockIdx.x * 256 + threadIdx.x, t0 = blockIdx.y * CONV_ROWS, t1 = min(T, t0 + CONV_ROWS);
   if (c >= C) return;
   float* st = state + ((i64)slot * C + c) * (K - 1);
   const float* wc = w + (i64)c * K;
   float win[K];
 #pragma unroll
-  for (int j = 0; j < K - 1; ++j) win[j] = st[j];
-  for (int t = 0; t < T; ++t) out[(i64)t * C + c] = conv_next<K>(wc, win, x[(i64)t * ldx + c]);
+  for (int j = 0; j < K - 1; ++j) win[j] = conv_row<K>(st, x, ldx, c, t0 - (K - 1) + j);
+  for (int t = t0; t < t1; ++t) out[(i64)t * C + c] = conv_next<K>(wc, win, x[(i64)t * ldx + c]);
+  if (blockIdx.y != 0) return;
+  float last[K - 1];
 #pragma unroll
-  for (int j = 0; j < K - 1; ++j) st[j] = win[j];
+  for (int j = 0; j < K - 1; ++j) last[j] = conv_row<K>(st, x, ldx, c, T - (K - 1) + j);
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) st[j] = last[j];
 }
 
 // The gates of rows (prompt chunks): a, b [n, Hv] (row strides lda, ldb); g, beta [n, Hv] contiguous.

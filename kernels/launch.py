@@ -244,12 +244,14 @@ def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
 
 # attn_prompt's shapes, the widest the device's shared memory takes first: (DT padded head dim, BK keys
 # per tile, NW warps of 16 query vectors). The shape changes no bits: a query's arithmetic is its own.
-PROMPT_SHAPES = ((64, 64, 4), (128, 32, 4), (256, 32, 4), (256, 16, 4))
+PROMPT_SHAPES = ((64, 64, 4), (128, 32, 4), (256, 32, 4), (256, 16, 4), (256, 16, 2))
 PROMPT_SPLIT = 512  # keys per split of a prompt row's attention (absolute positions: a multiple of every BK)
 
 
-def prompt_smem(DT: int, BK: int, NW: int) -> int:
-    return (2 * 16 * NW + 2 * BK) * (DT + 8) * 2 + NW * DT * 4 + 2 * BK * 4
+def prompt_smem(DT: int, BK: int, NW: int, kv8: bool, f16: bool) -> int:
+    """Bytes of attn_prompt's tiles: queries (hi and lo; fp16: one), key and value tiles (bf16 ones
+    double-buffered), a scratch vector a warp, fp8 scales."""
+    return ((1 if f16 else 2) * 16 * NW + (2 if kv8 else 4) * BK) * (DT + 8) * 2 + NW * DT * 4 + 2 * BK * 4
 
 
 @lru_cache(maxsize=None)
@@ -259,21 +261,22 @@ def smem_optin() -> int:
     return int(cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
 
 
-def prompt_shape(D: int, limit: int) -> tuple[int, int, int, int]:
+def prompt_shape(D: int, limit: int, kv8: bool = False, f16: bool = False) -> tuple[int, int, int, int]:
     """(DT, BK, NW, dynamic shared bytes) of attn_prompt for head dim D (<= 256) within `limit` bytes."""
-    fits = [sh for sh in PROMPT_SHAPES if D <= sh[0] and prompt_smem(*sh) <= limit]
+    fits = [sh for sh in PROMPT_SHAPES if D <= sh[0] and prompt_smem(*sh, kv8, f16) <= limit]
     DT = min(sh[0] for sh in fits)
     DT, BK, NW = next(sh for sh in fits if sh[0] == DT)
-    return DT, BK, NW, prompt_smem(DT, BK, NW)
+    return DT, BK, NW, prompt_smem(DT, BK, NW, kv8, f16)
 
 
 def attn_prompt(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: int, positions, tables, pt: int,
-                kc, vc, ksc, vsc, KH: int, G: int, D: int, scale: float, out, rows: int, maxpos: int):
+                kc, vc, ksc, vsc, KH: int, G: int, D: int, scale: float, out, rows: int, maxpos: int,
+                f16: bool = False):
     """Prompt attention of `rows` rows reaching at most position `maxpos`: key splits of PROMPT_SPLIT
-    positions over the grid, merged per row."""
+    positions over the grid, merged per row. f16: single fp16 operands (the fp16 prefill precision)."""
     import cupy
-    DT, BK, NW, smem = prompt_shape(D, smem_optin())
-    f = function("attention.cu", "attn_prompt<%d, %d, %d, %d>" % (int(kv8), DT, BK, NW))
+    DT, BK, NW, smem = prompt_shape(D, smem_optin(), kv8, f16)
+    f = function("attention.cu", "attn_prompt<%d, %d, %d, %d, %d>" % (int(kv8), DT, BK, NW, int(f16)))
     if smem > 48 * 1024 and f.max_dynamic_shared_size_bytes < smem:
         f.max_dynamic_shared_size_bytes = smem
     QR, S, H = 16 * NW // G, maxpos // PROMPT_SPLIT + 1, KH * G
@@ -301,7 +304,8 @@ def variants() -> list[tuple[str, str]]:
     qgemm += ["qgemm_stage<%d>" % xm for xm in QMV_INPUTS] + ["qgemm_reduce"]
     elementwise = ["rmsnorm_rows", "gate_rows", "heads_out"]
     attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode") for kv8 in (0, 1)]
-    attention += ["attn_prompt<%d, %d, %d, %d>" % (kv8, *sh) for kv8 in (0, 1) for sh in PROMPT_SHAPES]
+    attention += ["attn_prompt<%d, %d, %d, %d, %d>" % (kv8, *sh, f16) for kv8 in (0, 1) for sh in PROMPT_SHAPES
+                  for f16 in (0, 1)]
     attention += ["attn_prompt_merge"]
     return ([("gemv.cu", n) for n in dict.fromkeys(gemv)] + [("elementwise.cu", n) for n in elementwise]
             + [("qgemm.cu", n) for n in qgemm]

@@ -13,6 +13,7 @@ from . import launch as L
 i32, i64, f32 = np.int32, np.int64, np.float32
 SCAN_DK = (8, 16, 32, 64, 128, 256)  # key head dims deltanet_scan is instantiated for
 SCAN_COLS = 32  # columns of the state per deltanet_scan block: deltanet.cu's SCAN_COLS
+CONV_ROWS = 16  # prompt rows a conv1d_prompt thread computes: deltanet.cu's CONV_ROWS
 CONV_WIDTHS = (4,)  # conv1d kernel sizes of the supported models (Qwen3.5 / 3.6: linear_conv_kernel_dim 4)
 MOE_BITS = (0, 4, 8)  # moe_gemv: float32 experts (0) or affine 4/8-bit codes
 
@@ -31,7 +32,8 @@ def conv1d_step(x, ldx: int, w, state, lanes, slots: int, out, C: int, K: int, r
 
 def conv1d_prompt(x, ldx: int, w, state, slot: int, out, C: int, K: int, T: int):
     f = function("deltanet.cu", "conv1d_prompt<%d>" % K)
-    f(((C + 255) // 256,), (256,), (x, i64(ldx), w, state, i32(slot), out, i32(C), i32(T)))
+    f(((C + 255) // 256, (T + CONV_ROWS - 1) // CONV_ROWS), (256,), (x, i64(ldx), w, state, i32(slot), out, i32(C),
+                                                                  i32(T)))
 
 
 def deltanet_gates(a, lda: int, b, ldb: int, a_log, dt_bias, g, beta, Hv: int, rows: int):

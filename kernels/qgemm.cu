@@ -20,12 +20,6 @@
 #error "qgemm.cu needs QG_STAGES: compile it through kernels.launch"
 #endif
 
-DEV u32 f16x2(float lo, float hi) {
-  u32 r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
 // Two 4-bit codes (nibbles i and i+4 of w: inputs 2i, 2i+1) as fp16 s*q + b: 1024 + q is exact, so
 // is the subtraction; the fma rounds once.
 DEV u32 deq2(u32 w, int i, u32 s2, u32 b2) {

@@ -75,3 +75,10 @@ def test_prompt_precision_round_trips_and_an_unknown_one_falls_back(app_home):
     s, notice = load_settings()
     assert s == EngineSettings() and s.prefill_precision == "fp16"
     assert "prefill precision must be fp16 or exact, got 'fp8'" in notice and "using the defaults" in notice
+
+
+def test_the_app_leaves_the_prompt_chunk_to_the_backend(app_home):
+    """Files from before the backend chose it hold the old default, 128, which nobody chose."""
+    settings_path().write_text('{"format_version": 1, "engine": {"prefill_chunk": 128, "parallel": 3}}')
+    s, notice = load_settings()
+    assert notice is None and s.prefill_chunk == 0 and s.parallel == 3

@@ -44,11 +44,11 @@ def test_every_gate_passes_on_tiny_models(name):
 def test_gates_catch_a_stream_reading_another_lane(monkeypatch):
     real = NumpyBackend.attention
 
-    def leaky(self, q, cache, layer, tables, positions, prompt=False, window=1):
+    def leaky(self, q, cache, layer, tables, positions, prompt=False, window=1, fp16=False):
         if not prompt and len(q) > 1:  # decode rows all read the first row's lane
             tables = np.repeat(tables[:1], len(q), axis=0)
             positions = np.minimum(positions, positions[0])
-        return real(self, q, cache, layer, tables, positions, prompt, window)
+        return real(self, q, cache, layer, tables, positions, prompt, window, fp16)
 
     monkeypatch.setattr(NumpyBackend, "attention", leaky)
     table = run("tiny-llama")

@@ -46,10 +46,11 @@ def host(a):
 
 
 # --- DeltaNet ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("C", [7, 128, 300])
-def test_conv1d(gb, C):
+@pytest.mark.parametrize("C,T", [(7, 37), (128, 37), (300, 37), (128, 2)])  # 2: fewer rows than the state's
+def test_conv1d(gb, C, T):
+    """Prompt rows in blocks of CONV_ROWS give the serial loop's bits (the step form's)."""
     rng = np.random.default_rng(C)
-    K, T = 4, 37
+    K = 4
     x = rng.normal(size=(T, C + 5)).astype(np.float32)[:, 2:C + 2]  # strided rows
     w = rng.normal(size=(C, K)).astype(np.float32)
     st = rng.normal(size=(4, C, K - 1)).astype(np.float32)

@@ -70,6 +70,7 @@ def test_attention_biases_are_applied():
         for n, width in (("q_proj", 64), ("k_proj", 32), ("v_proj", 32), ("o_proj", 64)):
             m.weights[f"layers.{i}.self_attn.{n}.bias"] = rng.normal(0, 0.5, width).astype(np.float32)
     sched = Scheduler(s, make_plan(m.config, s), build(m, NumpyBackend()), NumpyBackend(), m.tokenizer)
+    assert sched.s.prefill_chunk == NumpyBackend.prompt_chunk  # the settings left it to the backend
     ids = list(range(30, 50))
     ref = reference_logits(m, ids)
     assert np.abs(sched.prompt_logits(ids) - ref).max() <= 2e-2 * np.abs(ref).max()

@@ -376,7 +376,7 @@ def test_decode_rows_match_transformers_step_logits(name):
     sched.cache.reset(lane.index)
     assert sched.lanes.ensure(lane, len(p) + 8)
     table = sched.lanes.table(lane)
-    C = s.prefill_chunk
+    C = sched.s.prefill_chunk
     for start in range(0, len(p), C):
         end = min(len(p), start + C)
         logits = r.model.forward(Rows(p[start:end], np.arange(start, end), np.tile(table, (end - start, 1)),

@@ -69,3 +69,9 @@ def test_settings_files_of_the_wrong_shape():
     with pytest.raises(PlanError, match="settings must be an object"):
         EngineSettings.from_dict({"sampling": [1]})
     assert EngineSettings.from_dict({"parallel": 3, "unknown": 1, "sampling": {"seed": 5}}).validate().parallel == 3
+
+
+def test_the_prefill_chunk_is_the_backends_unless_one_is_set():
+    s = EngineSettings().validate()
+    assert s.prefill_chunk == 0 and s.with_chunk(512).prefill_chunk == 512
+    assert EngineSettings(prefill_chunk=64).with_chunk(512).prefill_chunk == 64

@@ -148,7 +148,7 @@ class Llama:
         v = v.reshape(n, c.kv_heads, c.head_dim)
         # New keys go into the cache before attention reads them: one arithmetic for all arms.
         b.kv_write(cache, li, k, v, rows.tables, rows.positions)
-        o = b.attention(q, cache, li, rows.tables, rows.positions, rows.prompt, rows.window).reshape(n, -1)
+        o = b.attention(q, cache, li, rows.tables, rows.positions, rows.prompt, rows.window, rows.fp16).reshape(n, -1)
         if gate is not None:
             o = b.sigmoid_mul(o, gate)
         o = b.linear(o, layer["o"], rows.pad_to, rows.fp16)

@@ -39,6 +39,7 @@ class Backend(Protocol):
     device: str  # in words, for the startup line
     kv_stores: tuple[str, ...]  # the K/V storage dtypes its kv_write and attention take
     unified_memory: bool  # the device's memory is the system's (a GB10): the plan leaves the desktop room
+    prompt_chunk: int  # the prefill chunk when the settings leave it to the backend: where its products pay
 
     # --- memory ------------------------------------------------------------------------------
     def prepare(self, w: Tensor, kind: Kind = "linear") -> Array:
@@ -91,11 +92,12 @@ class Backend(Protocol):
         """New K/V rows into the cache at (table, position) of each row."""
 
     def attention(self, q: Array, cache: Cache, layer: int, tables: Array, positions: Array,
-                  prompt: bool = False, window: int = 1) -> Array:
+                  prompt: bool = False, window: int = 1, fp16: bool = False) -> Array:
         """Causal attention of rows q [n, heads, hd] over their lanes' keys 0..position.
 
         window > 1: decode rows in verify windows of that many rows per lane (`Rows.window`); a row
-        reads the K/V its window's earlier rows wrote in this forward's `kv_write`."""
+        reads the K/V its window's earlier rows wrote in this forward's `kv_write`. fp16: a prompt
+        chunk's products may take fp16 operands (`Rows.fp16`)."""
 
     # --- drafters: DFlash2's block over a stream's context ring (Cache.ring_*) ----------------
     def ring_write(self, cache: Cache, layer: int, lane: int, k: Array, v: Array, positions: np.ndarray) -> None:

@@ -61,6 +61,7 @@ STICKY_CUDA_ERRORS = frozenset({214, 220, 700, 702, 710, 714, 715, 716, 717, 718
 class CupyBackend(Qwen35Ops, DrafterOps):
     name = "cupy"
     kv_stores = ("bf16", "fp8")  # what the kernels of attention.cu read and write
+    prompt_chunk = 512  # qgemm's products run 1.2-4.6x the TFLOP/s at 512 rows as at 128 (docs/perf-notes.md)
 
     def __init__(self):
         try:
@@ -328,7 +329,8 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         self._flush_kv()
         return None
 
-    def attention(self, q, cache: Cache, layer: int, tables, positions, prompt: bool = False, window: int = 1):
+    def attention(self, q, cache: Cache, layer: int, tables, positions, prompt: bool = False, window: int = 1,
+                  fp16: bool = False):
         """Decode rows write their new K/V inside the attention kernel (the block owning the row's
         position), which rows of a verify window (window > 1) cannot wait for: row j reads rows
         0..j-1 of its window. So those write every row's K/V first and attend over the cache."""
@@ -355,7 +357,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         if prompt:  # key splits up to the last row's position (device rows: up to the lane's end)
             last = int(positions.max()) if isinstance(positions, np.ndarray) else tab.shape[1] * cache.page_tokens - 1
             K.attn_prompt(fp8, qb, qs0, qs1, qnw, qeps, inv, half, pos, tab, cache.page_tokens, cache.k[layer],
-                          cache.v[layer], ksc, vsc, KH, G, D, scale, out, n, last)
+                          cache.v[layer], ksc, vsc, KH, G, D, scale, out, n, last, fp16)
             return out
         kn = vn = knw = None
         ks0 = ks1 = vs0 = vs1 = 0

@@ -30,6 +30,7 @@ class NumpyBackend:
     device = "CPU"
     kv_stores = ("bf16", "fp8", F32)
     unified_memory = False  # host memory, not a GPU's: the plan keeps its plain default budget
+    prompt_chunk = 128  # numpy pads every chunk to its size, so a larger one costs a short prompt more
 
     # --- memory -------------------------------------------------------------------------
     def prepare(self, w: Tensor, kind: Kind = "linear") -> np.ndarray:
@@ -128,12 +129,13 @@ class NumpyBackend:
         return out
 
     def attention(self, q: np.ndarray, cache: Cache, layer: int, tables: np.ndarray, positions: np.ndarray,
-                  prompt: bool = False, window: int = 1) -> np.ndarray:
+                  prompt: bool = False, window: int = 1, fp16: bool = False) -> np.ndarray:
         """Causal attention of rows q [n, heads, hd] over their lanes' cached keys 0..position.
 
         prompt=True: all rows belong to one lane (a chunk) and are computed together; otherwise
         each row alone, so a decode row is the same whatever else is in the batch. K/V are in the
         cache before this runs, so rows of a verify window (`window` > 1) need nothing more.
+        float32 whatever `fp16` says (fp16 is the GPU's option).
         """
         n, heads, hd = q.shape
         groups = [np.arange(n)] if prompt else [np.array([i]) for i in range(n)]

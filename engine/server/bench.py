@@ -139,7 +139,7 @@ async def run_http(url: str, model: str, n: int, max_tokens: int) -> Cell:
 def serve_args(s: EngineSettings) -> list[str]:
     """The `python -m engine serve` arguments that run these settings."""
     args = ["--backend", s.backend, "--parallel", str(s.parallel), "--context", str(s.context),
-            "--kv-dtype", s.kv_dtype, "--prefill-chunk", str(s.prefill_chunk)]
+            "--kv-dtype", s.kv_dtype] + (["--prefill-chunk", str(s.prefill_chunk)] if s.prefill_chunk else [])
     if s.model:
         args += ["--model", s.model]
     if s.paging != "off":
