@@ -1,0 +1,324 @@
+// The chunked (WY / UT-transform) form of the Gated DeltaNet delta rule over one lane's prompt rows:
+// what deltanet.cu's deltanet_scan computes token by token, as products of 64-row chunks. Numpy twin:
+// NumpyBackend.deltanet_prompt (its docstring is the specification). fp32 on CUDA cores, fixed
+// summation orders, no atomics: the bits are a function of the inputs and T alone, and the rows of a
+// chunk do not depend on the rows after it (padding rows are zeros), so a prompt cut at a multiple of
+// 64 gives the bits of one call.
+//
+// Three launches (kernels/launch_qwen3_5.py deltanet_chunked):
+//   dn_chunk_norm   q̂ = l2norm(q)·qscale, k̂ = l2norm(k) per row and key head, to scratch;
+//   dn_chunk_prep   every (chunk, value head) at once: γ = cumsum(g), L = strictly-lower(diag(β)K̂K̂ᵀ ⊙ Γ),
+//                   T = (I+L)⁻¹ by forward substitution, U = T·diag(β)V, W = T·diag(βe^γ)K̂ and
+//                   P = Q̂K̂ᵀ ⊙ Γ (causal), to scratch;
+//   dn_chunk_state  per (value head, 32 columns of the state) the chunks in order:
+//                   V′ = U − W·S, O = diag(e^γ)Q̂·S + P·V′, S ← e^{γ_C}S + (diag(e^{γ_C−γ})K̂)ᵀV′.
+// Scratch per chunk and value head (chunk-major, `base` = chunk·Hv + h): W [64, DK], U [64, Dv],
+// P [64, 64], γ [64]; q̂, k̂ [T, Hk, DK].
+#include "common.cuh"
+
+constexpr int DN_C = 64;     // rows per chunk: kernels/launch_qwen3_5.py's DN_CHUNK (the model's DELTANET_CHUNK)
+constexpr int DN_COLS = 32;  // state columns per dn_chunk_state block; U/W column tiles in dn_chunk_prep
+
+// Reduction tiles over DK: 32 columns, or all of a smaller head.
+template <int DK>
+struct DnTile {
+  static constexpr int KT = DK < 32 ? DK : 32;
+};
+
+// q̂, k̂ of each (row, key head): one warp each, lane-strided sums then warp_sum, as deltanet_scan.
+// q, k [T, Hk, DK] (row strides ldq, ldk); qn, kn [T, Hk, DK] contiguous. grid = ceil(T·Hk/8), block = 256.
+template <int DK>
+__global__ void __launch_bounds__(256)
+    dn_chunk_norm(const float* __restrict__ q, i64 ldq, const float* __restrict__ k, i64 ldk,
+                  float* __restrict__ qn, float* __restrict__ kn, int T, int Hk, float qscale) {
+  const i64 e = (i64)blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (e >= (i64)T * Hk) return;
+  const i64 t = e / Hk;
+  const int kh = (int)(e - t * Hk);
+  const float* qr = q + t * ldq + (i64)kh * DK;
+  const float* kr = k + t * ldk + (i64)kh * DK;
+  float sq = 0.0f, sk = 0.0f;
+  for (int d = lane; d < DK; d += 32) {
+    sq = __fadd_rn(sq, __fmul_rn(qr[d], qr[d]));
+    sk = __fadd_rn(sk, __fmul_rn(kr[d], kr[d]));
+  }
+  sq = warp_sum(sq);
+  sk = warp_sum(sk);
+  const float rq = __fdiv_rn(qscale, __fsqrt_rn(__fadd_rn(sq, 1e-6f)));
+  const float rk = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(sk, 1e-6f)));
+  for (int d = lane; d < DK; d += 32) {
+    qn[e * DK + d] = __fmul_rn(qr[d], rq);
+    kn[e * DK + d] = __fmul_rn(kr[d], rk);
+  }
+}
+
+// Row m's γ, β of chunk row0 at head h (rows past T: β = 0, g = 0, as numpy's zero padding).
+DEV void dn_gates_cumsum(const float* __restrict__ g, const float* __restrict__ beta, i64 row0, int T, int h, int Hv,
+                         float* gs, float* bs) {
+  if (threadIdx.x < DN_C) {
+    const i64 r = row0 + threadIdx.x;
+    gs[threadIdx.x] = r < T ? g[r * Hv + h] : 0.0f;
+    bs[threadIdx.x] = r < T ? beta[r * Hv + h] : 0.0f;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // the cumulative sum in row order, like np.cumsum
+    float acc = 0.0f;
+    for (int m = 0; m < DN_C; ++m) gs[m] = acc = __fadd_rn(acc, gs[m]);
+  }
+  __syncthreads();
+}
+
+// A [64, 64] (row stride 68) times a column tile X [64, 32] (row stride 32): rows w + 8a of the
+// product at column `lane`, each from x0[a] (the identity's term) plus Σ_m A[i][m]·X[m] in m order.
+DEV void dn_rows_times(const float* A, const float* X, int w, int lane, float* acc) {
+#pragma unroll
+  for (int a = 0; a < 8; ++a) acc[a] = X[(w + 8 * a) * DN_COLS + lane];
+  for (int m = 0; m < DN_C; m += 4) {
+    const float x0 = X[m * DN_COLS + lane], x1 = X[(m + 1) * DN_COLS + lane];
+    const float x2 = X[(m + 2) * DN_COLS + lane], x3 = X[(m + 3) * DN_COLS + lane];
+#pragma unroll
+    for (int a = 0; a < 8; ++a) {
+      const float4 t = *reinterpret_cast<const float4*>(A + (w + 8 * a) * 68 + m);
+      acc[a] = __fmaf_rn(t.x, x0, acc[a]);
+      acc[a] = __fmaf_rn(t.y, x1, acc[a]);
+      acc[a] = __fmaf_rn(t.z, x2, acc[a]);
+      acc[a] = __fmaf_rn(t.w, x3, acc[a]);
+    }
+  }
+}
+
+// One (chunk, value head) of the prompt: γ, P, then T = (I+L)⁻¹, U and W (see the file's comment).
+// qn, kn [T, Hk, DK] (dn_chunk_norm's), v [T, Hv, Dv] (row stride ldv), g, beta [T, Hv] contiguous;
+// Wm, Um, Pm, gm the scratch. grid = (chunks, Hv), block = 256: 8 warps, warp w owning rows w + 8a.
+template <int DK>
+__global__ void __launch_bounds__(256)
+    dn_chunk_prep(const float* __restrict__ qn, const float* __restrict__ kn, const float* __restrict__ v, i64 ldv,
+                  const float* __restrict__ g, const float* __restrict__ beta, float* __restrict__ Wm,
+                  float* __restrict__ Um, float* __restrict__ Pm, float* __restrict__ gm, int T, int Hk, int Hv,
+                  int Dv) {
+  constexpr int KT = DnTile<DK>::KT, KP = KT + 1;  // odd row stride: the column reads K̂[j][d] hit distinct banks
+  constexpr int REGION = 2 * DN_C * KP > DN_C * 65 ? 2 * DN_C * KP : DN_C * 65;
+  __shared__ float gs[DN_C], bs[DN_C];
+  __shared__ __align__(16) float As[DN_C * 68];     // T − I (strictly lower), row stride 68 for float4 rows
+  __shared__ __align__(16) float region[REGION];    // K̂/Q̂ tiles, then L, then the U/W column tiles
+  const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+  const int kh = h / (Hv / Hk);
+  const i64 row0 = (i64)c * DN_C, base = (i64)c * Hv + h;
+  dn_gates_cumsum(g, beta, row0, T, h, Hv, gs, bs);
+  if (tid < DN_C) gm[base * DN_C + tid] = gs[tid];
+
+  // K̂K̂ᵀ and Q̂K̂ᵀ: thread (ti, tj) = (tid / 16, tid % 16) holds rows ti + 16a, columns tj + 16b.
+  float* Ks = region;
+  float* Qs = region + DN_C * KP;
+  const int ti = tid >> 4, tj = tid & 15;
+  float kk[4][4], qk[4][4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) kk[a][b] = qk[a][b] = 0.0f;
+  for (int d0 = 0; d0 < DK; d0 += KT) {
+    for (int x = tid; x < DN_C * KT; x += 256) {
+      const int r = x / KT, d = x - r * KT;
+      const bool in = row0 + r < T;
+      const i64 at = ((row0 + r) * Hk + kh) * DK + d0 + d;
+      Ks[r * KP + d] = in ? kn[at] : 0.0f;
+      Qs[r * KP + d] = in ? qn[at] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int d = 0; d < KT; ++d) {
+      float ki[4], qi[4], kj[4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+        ki[a] = Ks[(ti + 16 * a) * KP + d];
+        qi[a] = Qs[(ti + 16 * a) * KP + d];
+        kj[a] = Ks[(tj + 16 * a) * KP + d];
+      }
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          kk[a][b] = __fmaf_rn(ki[a], kj[b], kk[a][b]);
+          qk[a][b] = __fmaf_rn(qi[a], kj[b], qk[a][b]);
+        }
+    }
+    __syncthreads();  // the next tile (or L) overwrites the staged rows
+  }
+  // L's negation into the region (the forward substitution reads it), P to scratch, T − I starts at 0.
+  float* Ls = region;  // row stride 65
+  for (int x = tid; x < DN_C * 68; x += 256) As[x] = 0.0f;
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int i = ti + 16 * a, j = tj + 16 * b;
+      const float gam = i >= j ? expf(__fsub_rn(gs[i], gs[j])) : 0.0f;
+      Ls[i * 65 + j] = i > j ? -__fmul_rn(__fmul_rn(bs[i], kk[a][b]), gam) : 0.0f;
+      Pm[(base * DN_C + i) * DN_C + j] = __fmul_rn(qk[a][b], gam);
+    }
+  __syncthreads();
+  // Row i of T − I from the rows before it: (T−I)[i][j] = L′[i][j] + Σ_{j<m<i} L′[i][m]·(T−I)[m][j]
+  // (L′ = −L), numpy's recurrence. Four threads per column j, their partial sums joined by xor shuffles.
+  {
+    const int j = tid >> 2, part = tid & 3;
+    for (int i = 1; i < DN_C; ++i) {
+      float s = 0.0f;
+      if (j < i)
+        for (int m = j + 1 + part; m < i; m += 4) s = __fmaf_rn(Ls[i * 65 + m], As[m * 68 + j], s);
+      s = __fadd_rn(s, __shfl_xor_sync(FULL_MASK, s, 1));
+      s = __fadd_rn(s, __shfl_xor_sync(FULL_MASK, s, 2));
+      if (j < i && part == 0) As[i * 68 + j] = __fadd_rn(Ls[i * 65 + j], s);
+      __syncthreads();
+    }
+  }
+  // U = T·diag(β)V and W = T·diag(βe^γ)K̂, a tile of 32 columns at a time.
+  float* X = region;  // [64, 32]
+  float acc[8];
+  for (int c0 = 0; c0 < Dv; c0 += DN_COLS) {
+    for (int x = tid; x < DN_C * DN_COLS; x += 256) {
+      const int r = x / DN_COLS, cc = c0 + x % DN_COLS;
+      X[x] = row0 + r < T && cc < Dv ? __fmul_rn(bs[r], v[(row0 + r) * ldv + (i64)h * Dv + cc]) : 0.0f;
+    }
+    __syncthreads();
+    dn_rows_times(As, X, w, lane, acc);
+    if (c0 + lane < Dv)
+#pragma unroll
+      for (int a = 0; a < 8; ++a) Um[(base * DN_C + w + 8 * a) * Dv + c0 + lane] = acc[a];
+    __syncthreads();
+  }
+  for (int c0 = 0; c0 < DK; c0 += DN_COLS) {
+    for (int x = tid; x < DN_C * DN_COLS; x += 256) {
+      const int r = x / DN_COLS, cc = c0 + x % DN_COLS;
+      X[x] = row0 + r < T && cc < DK
+                 ? __fmul_rn(__fmul_rn(bs[r], kn[((row0 + r) * Hk + kh) * DK + cc]), expf(gs[r]))
+                 : 0.0f;
+    }
+    __syncthreads();
+    dn_rows_times(As, X, w, lane, acc);
+    if (c0 + lane < DK)
+#pragma unroll
+      for (int a = 0; a < 8; ++a) Wm[(base * DN_C + w + 8 * a) * DK + c0 + lane] = acc[a];
+    __syncthreads();
+  }
+}
+
+// acc[a] += Σ_d B[w + 8a][d]·S[d][lane] over a staged tile B [64, n] (row stride 36, n a multiple of 4)
+// and S rows [n, 32]: the broadcast rows read as float4.
+DEV void dn_tile_times(const float* B, const float* S, int n, int w, int lane, float* acc) {
+  for (int d = 0; d < n; d += 4) {
+    const float s0 = S[d * DN_COLS + lane], s1 = S[(d + 1) * DN_COLS + lane];
+    const float s2 = S[(d + 2) * DN_COLS + lane], s3 = S[(d + 3) * DN_COLS + lane];
+#pragma unroll
+    for (int a = 0; a < 8; ++a) {
+      const float4 t = *reinterpret_cast<const float4*>(B + (w + 8 * a) * 36 + d);
+      acc[a] = __fmaf_rn(t.x, s0, acc[a]);
+      acc[a] = __fmaf_rn(t.y, s1, acc[a]);
+      acc[a] = __fmaf_rn(t.z, s2, acc[a]);
+      acc[a] = __fmaf_rn(t.w, s3, acc[a]);
+    }
+  }
+}
+
+// The chunks of one lane in order at one value head and 32 columns of its state [DK, Dv] (slot
+// `slot` of state [slots, Hv, DK, Dv]: the initial state, and the final one goes back there).
+// out [T, Hv, Dv]. grid = (Hv, ceil(Dv/32)), block = 256: thread (w, lane) owns column lane and
+// rows w + 8a of each chunk; S [DK, 32] and V′ [64, 32] stay in shared memory between phases.
+template <int DK>
+__global__ void __launch_bounds__(256)
+    dn_chunk_state(const float* __restrict__ qn, const float* __restrict__ kn, const float* __restrict__ Wm,
+                   const float* __restrict__ Um, const float* __restrict__ Pm, const float* __restrict__ gm,
+                   float* __restrict__ state, int slot, float* __restrict__ out, int T, int Hk, int Hv, int Dv) {
+  constexpr int KT = DnTile<DK>::KT, DPT = KT / 8;  // phase 3: a thread's DPT adjacent rows of a K̂ tile
+  __shared__ __align__(16) float Ss[DK * DN_COLS];
+  __shared__ __align__(16) float Vp[DN_C * DN_COLS];
+  __shared__ __align__(16) float B[DN_C * 36];
+  __shared__ float eg[DN_C], ek[DN_C];  // e^γ and e^{γ_C−γ} of the chunk's rows
+  const int h = blockIdx.x, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+  const int j = blockIdx.y * DN_COLS + lane, kh = h / (Hv / Hk);
+  const bool on = j < Dv;
+  float* S = state + ((i64)slot * Hv + h) * DK * Dv;
+  for (int x = tid; x < DK * DN_COLS; x += 256) {
+    const int d = x / DN_COLS, jj = blockIdx.y * DN_COLS + x % DN_COLS;
+    Ss[x] = jj < Dv ? S[(i64)d * Dv + jj] : 0.0f;
+  }
+  const int chunks = (T + DN_C - 1) / DN_C;
+  for (int c = 0; c < chunks; ++c) {
+    const i64 row0 = (i64)c * DN_C, base = (i64)c * Hv + h;
+    const float last = gm[base * DN_C + DN_C - 1], dec = expf(last);
+    if (tid < DN_C) {
+      const float gam = gm[base * DN_C + tid];
+      eg[tid] = expf(gam);
+      ek[tid] = expf(__fsub_rn(last, gam));
+    }
+    // V′ = U − W·S
+    float ws[8], acc[8];
+#pragma unroll
+    for (int a = 0; a < 8; ++a) ws[a] = 0.0f;
+    for (int d0 = 0; d0 < DK; d0 += KT) {
+      __syncthreads();  // the staged tile (and, on the first, S and γ) are free / ready
+      for (int x = tid; x < DN_C * KT; x += 256) {
+        const int r = x / KT, d = x - r * KT;
+        B[r * 36 + d] = Wm[(base * DN_C + r) * DK + d0 + d];
+      }
+      __syncthreads();
+      dn_tile_times(B, Ss + d0 * DN_COLS, KT, w, lane, ws);
+    }
+#pragma unroll
+    for (int a = 0; a < 8; ++a) {
+      const float u = on ? Um[(base * DN_C + w + 8 * a) * Dv + j] : 0.0f;
+      Vp[(w + 8 * a) * DN_COLS + lane] = __fsub_rn(u, ws[a]);
+    }
+    // O = diag(e^γ)Q̂·S + P·V′
+#pragma unroll
+    for (int a = 0; a < 8; ++a) acc[a] = 0.0f;
+    for (int d0 = 0; d0 < DK; d0 += KT) {
+      __syncthreads();
+      for (int x = tid; x < DN_C * KT; x += 256) {
+        const int r = x / KT, d = x - r * KT;
+        B[r * 36 + d] = row0 + r < T ? __fmul_rn(qn[((row0 + r) * Hk + kh) * DK + d0 + d], eg[r]) : 0.0f;
+      }
+      __syncthreads();
+      dn_tile_times(B, Ss + d0 * DN_COLS, KT, w, lane, acc);
+    }
+    for (int m0 = 0; m0 < DN_C; m0 += 32) {
+      __syncthreads();
+      for (int x = tid; x < DN_C * 32; x += 256) {
+        const int r = x >> 5, m = x & 31;
+        B[r * 36 + m] = Pm[(base * DN_C + r) * DN_C + m0 + m];
+      }
+      __syncthreads();
+      dn_tile_times(B, Vp + m0 * DN_COLS, 32, w, lane, acc);
+    }
+#pragma unroll
+    for (int a = 0; a < 8; ++a)
+      if (on && row0 + w + 8 * a < T) out[((row0 + w + 8 * a) * Hv + h) * Dv + j] = acc[a];
+    // S ← e^{γ_C}S + (diag(e^{γ_C−γ})K̂)ᵀV′: thread (w, lane) owns rows d0 + DPT·w + e of each K̂ tile.
+    for (int d0 = 0; d0 < DK; d0 += KT) {
+      __syncthreads();
+      for (int x = tid; x < DN_C * KT; x += 256) {
+        const int r = x / KT, d = x - r * KT;
+        B[r * 36 + d] = row0 + r < T ? __fmul_rn(kn[((row0 + r) * Hk + kh) * DK + d0 + d], ek[r]) : 0.0f;
+      }
+      __syncthreads();
+      float s[DPT];
+#pragma unroll
+      for (int e = 0; e < DPT; ++e) s[e] = 0.0f;
+      for (int r = 0; r < DN_C; ++r) {
+        const float x = Vp[r * DN_COLS + lane];
+#pragma unroll
+        for (int e = 0; e < DPT; ++e) s[e] = __fmaf_rn(B[r * 36 + DPT * w + e], x, s[e]);
+      }
+#pragma unroll
+      for (int e = 0; e < DPT; ++e) {
+        float* at = Ss + (d0 + DPT * w + e) * DN_COLS + lane;
+        *at = __fadd_rn(__fmul_rn(dec, *at), s[e]);
+      }
+    }
+  }
+  __syncthreads();
+  for (int x = tid; x < DK * DN_COLS; x += 256) {
+    const int d = x / DN_COLS, jj = blockIdx.y * DN_COLS + x % DN_COLS;
+    if (jj < Dv) S[(i64)d * Dv + jj] = Ss[x];
+  }
+}
