@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// acc[a] += Σ_d B[w + 8a][d]·S[d][lane] over a staged tile B [64, n] (row stride 36, n a multiple of 4)
+// acc[a] += Σ_d B[w + 8a][d]·S[d][lane] over a staged tile B [64, n] (row stride 32, n a multiple of 4)
 // and S rows [n, 32]: the broadcast rows read as float4.
 DEV void dn_tile_times(const float* B, const float* S, int n, int w, int lane, float* acc) {
   for (int d = 0; d < n; d += 4) {
@@ -211,7 +211,7 @@ DEV void dn_tile_times(const float* B, const float* S, int n, int w, int lane, f
     const float s2 = S[(d + 2) * DN_COLS + lane], s3 = S[(d + 3) * DN_COLS + lane];
 #pragma unroll
     for (int a = 0; a < 8; ++a) {
-      const float4 t = *reinterpret_cast<const float4*>(B + (w + 8 * a) * 36 + d);
+      const float4 t = *reinterpret_cast<const float4*>(B + (w + 8 * a) * DN_COLS + d);
       acc[a] = __fmaf_rn(t.x, s0, acc[a]);
       acc[a] = __fmaf_rn(t.y, s1, acc[a]);
       acc[a] = __fmaf_rn(t.z, s2, acc[a]);
@@ -220,20 +220,90 @@ DEV void dn_tile_times(const float* B, const float* S, int n, int w, int lane, f
   }
 }
 
+// N adjacent floats of shared memory (N-aligned) in one load: a broadcast row of a tile.
+template <int N>
+DEV void dn_row_load(const float* p, float* k) {
+  if constexpr (N == 4) {
+    const float4 t = *reinterpret_cast<const float4*>(p);
+    k[0] = t.x, k[1] = t.y, k[2] = t.z, k[3] = t.w;
+  } else if constexpr (N == 2) {
+    const float2 t = *reinterpret_cast<const float2*>(p);
+    k[0] = t.x, k[1] = t.y;
+  } else {
+    k[0] = p[0];
+  }
+}
+
+// The tiles dn_chunk_state reads, in order, per chunk: W's DK/KT column tiles (phase 1), diag(e^γ)Q̂'s
+// (phase 2), P's two (phase 2), diag(e^{γ_C−γ})K̂'s (phase 3); each [64 rows, KT or 32 columns].
+// A thread prefetches its ≤ 2 float4 of the next tile into registers while the block computes on
+// the current one, then stores them (scaled, for Q̂ and K̂) into the other buffer.
+template <int DK>
+struct DnStream {
+  static constexpr int KT = DnTile<DK>::KT, ND = DK / KT, NT = 3 * ND + 2;
+  float4 x[2];
+  float gr[2], glast;
+  int kind, width;
+
+  DEV void load(int n, int tid, const float* __restrict__ qn, const float* __restrict__ kn,
+                const float* __restrict__ Wm, const float* __restrict__ Pm, const float* __restrict__ gm, int T,
+                int Hk, int kh, int Hv, int h) {
+    const int c = n / NT, t = n - c * NT;
+    const i64 row0 = (i64)c * DN_C, base = (i64)c * Hv + h;
+    const float* src;
+    i64 ld;
+    kind = t < ND ? 0 : t < 2 * ND ? 1 : t < 2 * ND + 2 ? 2 : 3;
+    if (kind == 0) {
+      src = Wm + base * DN_C * DK + t * KT, ld = DK;
+    } else if (kind == 2) {
+      src = Pm + base * DN_C * DN_C + (t - 2 * ND) * 32, ld = DN_C;
+    } else {
+      const int d0 = (kind == 1 ? t - ND : t - 2 * ND - 2) * KT;
+      src = (kind == 1 ? qn : kn) + (row0 * Hk + kh) * DK + d0, ld = (i64)Hk * DK;
+    }
+    width = kind == 2 ? 32 : KT;
+    const int per = width / 4;  // float4 a row
+    glast = gm[base * DN_C + DN_C - 1];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int e = tid + 256 * i, r = e / per;
+      const bool in = e < 16 * width && (kind == 0 || kind == 2 || row0 + r < T);
+      x[i] = in ? *reinterpret_cast<const float4*>(src + r * ld + 4 * (e - r * per)) : make_float4(0, 0, 0, 0);
+      gr[i] = in && (kind & 1) ? gm[base * DN_C + r] : 0.0f;  // the row's γ, for the Q̂ and K̂ tiles
+    }
+  }
+
+  DEV void store(float* B, int tid) const {
+    const int per = width / 4;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int e = tid + 256 * i, r = e / per;
+      if (e >= 16 * width) continue;
+      float4 v = x[i];
+      if (kind == 1 || kind == 3) {  // Q̂·e^γ and K̂·e^{γ_C−γ} rows, numpy's products
+        const float f = expf(kind == 1 ? gr[i] : __fsub_rn(glast, gr[i]));
+        v = make_float4(__fmul_rn(v.x, f), __fmul_rn(v.y, f), __fmul_rn(v.z, f), __fmul_rn(v.w, f));
+      }
+      *reinterpret_cast<float4*>(B + r * DN_COLS + 4 * (e - r * per)) = v;
+    }
+  }
+};
+
 // The chunks of one lane in order at one value head and 32 columns of its state [DK, Dv] (slot
 // `slot` of state [slots, Hv, DK, Dv]: the initial state, and the final one goes back there).
 // out [T, Hv, Dv]. grid = (Hv, ceil(Dv/32)), block = 256: thread (w, lane) owns column lane and
-// rows w + 8a of each chunk; S [DK, 32] and V′ [64, 32] stay in shared memory between phases.
+// rows w + 8a of each chunk; S [DK, 32] and V′ [64, 32] stay in shared memory, the tiles of
+// DnStream stream through two buffers with one barrier each.
 template <int DK>
 __global__ void __launch_bounds__(256)
     dn_chunk_state(const float* __restrict__ qn, const float* __restrict__ kn, const float* __restrict__ Wm,
                    const float* __restrict__ Um, const float* __restrict__ Pm, const float* __restrict__ gm,
                    float* __restrict__ state, int slot, float* __restrict__ out, int T, int Hk, int Hv, int Dv) {
-  constexpr int KT = DnTile<DK>::KT, DPT = KT / 8;  // phase 3: a thread's DPT adjacent rows of a K̂ tile
+  using Stream = DnStream<DK>;
+  constexpr int KT = Stream::KT, ND = Stream::ND, NT = Stream::NT, DPT = KT / 8;  // phase 3: DPT rows a thread
   __shared__ __align__(16) float Ss[DK * DN_COLS];
   __shared__ __align__(16) float Vp[DN_C * DN_COLS];
-  __shared__ __align__(16) float B[DN_C * 36];
-  __shared__ float eg[DN_C], ek[DN_C];  // e^γ and e^{γ_C−γ} of the chunk's rows
+  __shared__ __align__(16) float Bs[2][DN_C * DN_COLS];
   const int h = blockIdx.x, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
   const int j = blockIdx.y * DN_COLS + lane, kh = h / (Hv / Hk);
   const bool on = j < Dv;
@@ -242,72 +312,49 @@ __global__ void __launch_bounds__(256)
     const int d = x / DN_COLS, jj = blockIdx.y * DN_COLS + x % DN_COLS;
     Ss[x] = jj < Dv ? S[(i64)d * Dv + jj] : 0.0f;
   }
-  const int chunks = (T + DN_C - 1) / DN_C;
-  for (int c = 0; c < chunks; ++c) {
+  Stream st;
+  st.load(0, tid, qn, kn, Wm, Pm, gm, T, Hk, kh, Hv, h);
+  st.store(Bs[0], tid);
+  __syncthreads();
+  const int total = (T + DN_C - 1) / DN_C * NT;
+  float ws[8], acc[8], u[8];
+  for (int n = 0; n < total; ++n) {
+    const int c = n / NT, t = n - c * NT;
     const i64 row0 = (i64)c * DN_C, base = (i64)c * Hv + h;
-    const float last = gm[base * DN_C + DN_C - 1], dec = expf(last);
-    if (tid < DN_C) {
-      const float gam = gm[base * DN_C + tid];
-      eg[tid] = expf(gam);
-      ek[tid] = expf(__fsub_rn(last, gam));
-    }
-    // V′ = U − W·S
-    float ws[8], acc[8];
+    if (n + 1 < total) st.load(n + 1, tid, qn, kn, Wm, Pm, gm, T, Hk, kh, Hv, h);
+    const float* B = Bs[n & 1];
+    if (t == 0) {
 #pragma unroll
-    for (int a = 0; a < 8; ++a) ws[a] = 0.0f;
-    for (int d0 = 0; d0 < DK; d0 += KT) {
-      __syncthreads();  // the staged tile (and, on the first, S and γ) are free / ready
-      for (int x = tid; x < DN_C * KT; x += 256) {
-        const int r = x / KT, d = x - r * KT;
-        B[r * 36 + d] = Wm[(base * DN_C + r) * DK + d0 + d];
+      for (int a = 0; a < 8; ++a) {
+        ws[a] = acc[a] = 0.0f;
+        u[a] = on ? Um[(base * DN_C + w + 8 * a) * Dv + j] : 0.0f;
       }
-      __syncthreads();
-      dn_tile_times(B, Ss + d0 * DN_COLS, KT, w, lane, ws);
     }
+    if (t < ND) {  // V′ = U − W·S
+      dn_tile_times(B, Ss + t * KT * DN_COLS, KT, w, lane, ws);
+      if (t == ND - 1)
 #pragma unroll
-    for (int a = 0; a < 8; ++a) {
-      const float u = on ? Um[(base * DN_C + w + 8 * a) * Dv + j] : 0.0f;
-      Vp[(w + 8 * a) * DN_COLS + lane] = __fsub_rn(u, ws[a]);
-    }
-    // O = diag(e^γ)Q̂·S + P·V′
+        for (int a = 0; a < 8; ++a) Vp[(w + 8 * a) * DN_COLS + lane] = __fsub_rn(u[a], ws[a]);
+    } else if (t < 2 * ND) {  // O = diag(e^γ)Q̂·S + P·V′
+      dn_tile_times(B, Ss + (t - ND) * KT * DN_COLS, KT, w, lane, acc);
+    } else if (t < 2 * ND + 2) {
+      dn_tile_times(B, Vp + (t - 2 * ND) * 32 * DN_COLS, 32, w, lane, acc);
+      if (t == 2 * ND + 1)
 #pragma unroll
-    for (int a = 0; a < 8; ++a) acc[a] = 0.0f;
-    for (int d0 = 0; d0 < DK; d0 += KT) {
-      __syncthreads();
-      for (int x = tid; x < DN_C * KT; x += 256) {
-        const int r = x / KT, d = x - r * KT;
-        B[r * 36 + d] = row0 + r < T ? __fmul_rn(qn[((row0 + r) * Hk + kh) * DK + d0 + d], eg[r]) : 0.0f;
-      }
-      __syncthreads();
-      dn_tile_times(B, Ss + d0 * DN_COLS, KT, w, lane, acc);
-    }
-    for (int m0 = 0; m0 < DN_C; m0 += 32) {
-      __syncthreads();
-      for (int x = tid; x < DN_C * 32; x += 256) {
-        const int r = x >> 5, m = x & 31;
-        B[r * 36 + m] = Pm[(base * DN_C + r) * DN_C + m0 + m];
-      }
-      __syncthreads();
-      dn_tile_times(B, Vp + m0 * DN_COLS, 32, w, lane, acc);
-    }
-#pragma unroll
-    for (int a = 0; a < 8; ++a)
-      if (on && row0 + w + 8 * a < T) out[((row0 + w + 8 * a) * Hv + h) * Dv + j] = acc[a];
-    // S ← e^{γ_C}S + (diag(e^{γ_C−γ})K̂)ᵀV′: thread (w, lane) owns rows d0 + DPT·w + e of each K̂ tile.
-    for (int d0 = 0; d0 < DK; d0 += KT) {
-      __syncthreads();
-      for (int x = tid; x < DN_C * KT; x += 256) {
-        const int r = x / KT, d = x - r * KT;
-        B[r * 36 + d] = row0 + r < T ? __fmul_rn(kn[((row0 + r) * Hk + kh) * DK + d0 + d], ek[r]) : 0.0f;
-      }
-      __syncthreads();
+        for (int a = 0; a < 8; ++a)
+          if (on && row0 + w + 8 * a < T) out[((row0 + w + 8 * a) * Hv + h) * Dv + j] = acc[a];
+    } else {  // S ← e^{γ_C}S + (diag(e^{γ_C−γ})K̂)ᵀV′ at rows d0 + DPT·w + e
+      const int d0 = (t - 2 * ND - 2) * KT;
+      const float dec = expf(gm[base * DN_C + DN_C - 1]);
       float s[DPT];
 #pragma unroll
       for (int e = 0; e < DPT; ++e) s[e] = 0.0f;
       for (int r = 0; r < DN_C; ++r) {
         const float x = Vp[r * DN_COLS + lane];
+        float k[DPT];
+        dn_row_load<DPT>(B + r * DN_COLS + DPT * w, k);
 #pragma unroll
-        for (int e = 0; e < DPT; ++e) s[e] = __fmaf_rn(B[r * 36 + DPT * w + e], x, s[e]);
+        for (int e = 0; e < DPT; ++e) s[e] = __fmaf_rn(k[e], x, s[e]);
       }
 #pragma unroll
       for (int e = 0; e < DPT; ++e) {
@@ -315,8 +362,9 @@ __global__ void __launch_bounds__(256)
         *at = __fadd_rn(__fmul_rn(dec, *at), s[e]);
       }
     }
+    if (n + 1 < total) st.store(Bs[(n + 1) & 1], tid);
+    __syncthreads();
   }
-  __syncthreads();
   for (int x = tid; x < DK * DN_COLS; x += 256) {
     const int d = x / DN_COLS, jj = blockIdx.y * DN_COLS + x % DN_COLS;
     if (jj < Dv) S[(i64)d * Dv + jj] = Ss[x];
