@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// Row m's γ, β of chunk row0 at head h (rows past T: β = 0, g = 0, as numpy's zero padding).
+// The chunk's γ = cumsum(g) and β at head h into gs, bs (rows past T: g = β = 0, numpy's zero padding).
 DEV void dn_gates_cumsum(const float* __restrict__ g, const float* __restrict__ beta, i64 row0, int T, int h, int Hv,
                          float* gs, float* bs) {
   if (threadIdx.x < DN_C) {
@@ -85,6 +85,53 @@ DEV void dn_rows_times(const float* A, const float* X, int w, int lane, float* a
       acc[a] = __fmaf_rn(t.z, x2, acc[a]);
       acc[a] = __fmaf_rn(t.w, x3, acc[a]);
     }
+  }
+}
+
+// T − I for T = (I − L′)⁻¹, L′ = −L strictly lower (Ls, row stride 65), into As (row stride 68, zeroed),
+// in blocks of 16 rows: (T−I)[i][j] = L′[i][j] + Σ_{j<m<i} L′[i][m]·(T−I)[m][j] is numpy's recurrence;
+// here the diagonal blocks T_II run it in parallel (warp I, two lanes a column, no block barrier),
+// then block row I at a time T_IJ = T_II·X_IJ with X_IJ = Σ_{J≤K<I} L′_IK T_KJ: 10 barriers, not 63.
+DEV void dn_invert(const float* Ls, float* As, int tid) {
+  const int w = tid >> 5, lane = tid & 31;
+  if (w < 4) {
+    const int o = 16 * w, j = lane & 15, part = lane >> 4;
+    for (int i = 1; i < 16; ++i) {
+      float s = 0.0f;
+      if (j < i)
+        for (int m = j + 1 + part; m < i; m += 2) s = __fmaf_rn(Ls[(o + i) * 65 + o + m], As[(o + m) * 68 + o + j], s);
+      s = __fadd_rn(s, __shfl_xor_sync(FULL_MASK, s, 16));
+      if (j < i && part == 0) As[(o + i) * 68 + o + j] = __fadd_rn(Ls[(o + i) * 65 + o + j], s);
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+  for (int I = 1; I < 4; ++I) {
+    const int n0 = 16 * I, cells = 16 * n0;  // block row I left of its diagonal block: [16, n0]
+    float x[3];
+#pragma unroll
+    for (int c = 0; c < 3; ++c) {  // X = L′ + Σ_{n<m<n0} L′[i][m]·(T−I)[m][n]: the rows above block row I only
+      const int e = tid + 256 * c, i = n0 + e / n0, n = e % n0;
+      if (e >= cells) continue;
+      float s = Ls[i * 65 + n];
+      for (int m = n + 1; m < n0; ++m) s = __fmaf_rn(Ls[i * 65 + m], As[m * 68 + n], s);
+      x[c] = s;
+      As[i * 68 + n] = s;  // nobody reads block row I's left part before the barrier
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < 3; ++c) {  // T_IJ = X + (T_II − I)·X
+      const int e = tid + 256 * c, i = n0 + e / n0, n = e % n0;
+      if (e >= cells) continue;
+      for (int p = n0; p < i; ++p) x[c] = __fmaf_rn(As[i * 68 + p], As[p * 68 + n], x[c]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < 3; ++c) {
+      const int e = tid + 256 * c, i = n0 + e / n0, n = e % n0;
+      if (e < cells) As[i * 68 + n] = x[c];
+    }
+    __syncthreads();
   }
 }
 
@@ -158,20 +205,7 @@ __global__ void __launch_bounds__(256)
       Pm[(base * DN_C + i) * DN_C + j] = __fmul_rn(qk[a][b], gam);
     }
   __syncthreads();
-  // Row i of T − I from the rows before it: (T−I)[i][j] = L′[i][j] + Σ_{j<m<i} L′[i][m]·(T−I)[m][j]
-  // (L′ = −L), numpy's recurrence. Four threads per column j, their partial sums joined by xor shuffles.
-  {
-    const int j = tid >> 2, part = tid & 3;
-    for (int i = 1; i < DN_C; ++i) {
-      float s = 0.0f;
-      if (j < i)
-        for (int m = j + 1 + part; m < i; m += 4) s = __fmaf_rn(Ls[i * 65 + m], As[m * 68 + j], s);
-      s = __fadd_rn(s, __shfl_xor_sync(FULL_MASK, s, 1));
-      s = __fadd_rn(s, __shfl_xor_sync(FULL_MASK, s, 2));
-      if (j < i && part == 0) As[i * 68 + j] = __fadd_rn(Ls[i * 65 + j], s);
-      __syncthreads();
-    }
-  }
+  dn_invert(Ls, As, tid);
   // U = T·diag(β)V and W = T·diag(βe^γ)K̂, a tile of 32 columns at a time.
   float* X = region;  // [64, 32]
   float acc[8];

@@ -110,7 +110,9 @@ def test_conv1d_step_gates_is_both_ops(gb, hv):
     assert rel(host(g), ng) < 2e-6 and rel(host(beta), nb) < 2e-6
 
 
-def inputs(rng, n, hk, hv, dk, dv):
+def inputs(rng, n, hk, hv, dk, dv, slow: bool = False):
+    """Random rows; slow: log decays in [-0.05, 0] (the default gates decay fast, so only nearby rows
+    of a chunk interact: slow ones exercise whole chunks)."""
     q = rng.normal(size=(n, hk, dk)).astype(np.float32)
     k = rng.normal(size=(n, hk, dk)).astype(np.float32)
     v = rng.normal(size=(n, hv, dv)).astype(np.float32)
@@ -118,6 +120,8 @@ def inputs(rng, n, hk, hv, dk, dv):
                                 rng.normal(size=(n, hv)).astype(np.float32),
                                 np.log(rng.uniform(1, 16, hv)).astype(np.float32),
                                 rng.normal(0, .5, hv).astype(np.float32))
+    if slow:
+        g = -rng.uniform(0, .05, (n, hv)).astype(np.float32)
     return q, k, v, g, beta
 
 
@@ -158,11 +162,12 @@ def packed(x, rng):
                          + [(128, 16, 48, 128, 128), (128, 16, 32, 128, 128)]  # the 27B's and 35B-A3B's heads
                          + [(130, 2, 4, 8, 8), (200, 2, 4, 64, 48), (70, 1, 3, 32, 40)]  # partial column blocks
                          + [(3, 2, 2, 256, 64), (70, 2, 2, 256, 64)])  # no chunked kernel: the recurrent form
-def test_deltanet_prompt(gb, T, hk, hv, dk, dv):
+@pytest.mark.parametrize("slow", [False, True])
+def test_deltanet_prompt(gb, T, hk, hv, dk, dv, slow):
     """The chunked form against numpy's from a nonzero state on lane 1 (the other slots untouched);
     row-strided inputs give the bits of contiguous ones."""
     rng = np.random.default_rng(T + dk)
-    q, k, v, g, beta = inputs(rng, T, hk, hv, dk, dv)
+    q, k, v, g, beta = inputs(rng, T, hk, hv, dk, dv, slow)
     st = rng.normal(0, .3, (3, hv, dk, dv)).astype(np.float32)
     ref_state = st.copy()
     ref = NB.deltanet_prompt(q, k, v, g, beta, ref_state, 1, 64)
@@ -182,7 +187,7 @@ def test_deltanet_prompt_then_steps(gb, hk, hv, dk, dv, T):
     """Decode rows stepping on from a prompt's end state: numpy's prompt then numpy's steps, within rounding."""
     rng = np.random.default_rng(T + dk + 1)
     n = 5
-    q, k, v, g, beta = inputs(rng, T + n, hk, hv, dk, dv)
+    q, k, v, g, beta = inputs(rng, T + n, hk, hv, dk, dv, slow=True)
     st = rng.normal(0, .3, (3, hv, dk, dv)).astype(np.float32)
     ref_state = st.copy()
     ref = [NB.deltanet_prompt(*(a[:T] for a in (q, k, v, g, beta)), ref_state, 2, 64)]
@@ -203,7 +208,7 @@ def test_deltanet_prompt_bits(gb, hk, hv, dk, dv):
     the rows cut into calls at multiples of 64 (prompt chunks at absolute positions) give one call's."""
     rng = np.random.default_rng(dk + hv)
     T = 200
-    x = [cupy.asarray(a) for a in inputs(rng, T, hk, hv, dk, dv)]
+    x = [cupy.asarray(a) for a in inputs(rng, T, hk, hv, dk, dv, slow=True)]
     st = cupy.asarray(rng.normal(0, .3, (2, hv, dk, dv)).astype(np.float32))
     runs = []
     for cuts in ((0, T), (0, T), (0, 64, T), (0, 128, T), (0, 64, 128, 192, T)):
