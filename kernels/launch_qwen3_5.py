@@ -1,5 +1,6 @@
-"""Launchers of deltanet.cu, deltanet_chunk.cu and moe.cu (Qwen3.5 / 3.6), in the style of `kernels.launch`: CuPy arrays
-in, CuPy arrays out, grid shapes and argument lists only. Row strides are in elements.
+"""Launchers of deltanet.cu, deltanet_chunk.cu and moe.cu (Qwen3.5 / 3.6), in the style of
+`kernels.launch`: CuPy arrays in, CuPy arrays out, grid shapes and argument lists only. Row strides
+are in elements.
 """
 from __future__ import annotations
 

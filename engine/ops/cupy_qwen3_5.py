@@ -1,5 +1,5 @@
 """The Qwen3.5 / 3.6 part of the CuPy op set: Gated DeltaNet, gated RMSNorm and MoE, with the kernels
-of kernels/deltanet.cu and kernels/moe.cu. Numpy twins: the "Qwen3.5 / Qwen3.6" section of
+of kernels/deltanet.cu, kernels/deltanet_chunk.cu and kernels/moe.cu. Numpy twins: the "Qwen3.5 / Qwen3.6" section of
 numpy_backend.NumpyBackend (same names, same arguments). Stacked expert weights are
 `cupy_weights.QExperts` (qmv over rows grouped by expert) or `cupy_weights.ExpertWeight`.
 
