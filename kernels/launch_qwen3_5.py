@@ -1,5 +1,6 @@
-"""Launchers of deltanet.cu and moe.cu (Qwen3.5 / 3.6), in the style of `kernels.launch`: CuPy arrays
-in, CuPy arrays out, grid shapes and argument lists only. Row strides are in elements.
+"""Launchers of deltanet.cu, deltanet_chunk.cu and moe.cu (Qwen3.5 / 3.6), in the style of
+`kernels.launch`: CuPy arrays in, CuPy arrays out, grid shapes and argument lists only. Row strides
+are in elements.
 """
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ i32, i64, f32 = np.int32, np.int64, np.float32
 SCAN_DK = (8, 16, 32, 64, 128, 256)  # key head dims deltanet_scan is instantiated for
 SCAN_COLS = 32  # columns of the state per deltanet_scan block: deltanet.cu's SCAN_COLS
 CONV_ROWS = 16  # prompt rows a conv1d_prompt thread computes: deltanet.cu's CONV_ROWS
+CHUNK_DK = (8, 16, 32, 64, 128)  # key head dims of deltanet_chunk.cu's kernels (256 would pass 48 KB of shared memory)
+DN_CHUNK = 64  # rows per chunk of deltanet_chunk.cu: its DN_C
+DN_COLS = 32  # state columns per dn_chunk_state block: deltanet_chunk.cu's DN_COLS
 CONV_WIDTHS = (4,)  # conv1d kernel sizes of the supported models (Qwen3.5 / 3.6: linear_conv_kernel_dim 4)
 MOE_BITS = (0, 4, 8)  # moe_gemv: float32 experts (0) or affine 4/8-bit codes
 
@@ -58,6 +62,30 @@ def deltanet_scan(q, ldq: int, k, ldk: int, v, ldv: int, g, beta, state, lanes, 
     f((nseq, Hv, -(-Dv // SCAN_COLS)), (G * SCAN_COLS,),
       (q, i64(ldq), k, i64(ldk), v, i64(ldv), g, beta, state, lanes, i32(slots), out, i32(T), i32(stride), i32(Hk),
        i32(Hv), i32(Dv), f32(qscale)))
+
+
+# --- deltanet_chunk.cu ------------------------------------------------------------------------
+def deltanet_chunked(q, ldq: int, k, ldk: int, v, ldv: int, g, beta, state, slot: int, out, T: int, Hk: int,
+                     Hv: int, DK: int, Dv: int, qscale: float):
+    """One lane's T prompt rows in the chunked form (deltanet_chunk.cu): the norms, every chunk's
+    products at once, then the chunks in order per (head, 32 state columns). Scratch from CuPy's pool:
+    q̂, k̂ [T, Hk, DK] and per chunk and value head W [64, DK], U [64, Dv], P [64, 64], γ [64]."""
+    import cupy
+    if DK not in CHUNK_DK:
+        raise ValueError(f"deltanet_chunked: key head dim {DK} is not one of {CHUNK_DK}")
+    n = -(-T // DN_CHUNK) * Hv * DN_CHUNK  # rows of the per-head scratch
+    qn, kn = cupy.empty(T * Hk * DK, cupy.float32), cupy.empty(T * Hk * DK, cupy.float32)
+    W, U = cupy.empty(n * DK, cupy.float32), cupy.empty(n * Dv, cupy.float32)
+    P, gm = cupy.empty(n * DN_CHUNK, cupy.float32), cupy.empty(n, cupy.float32)
+    function("deltanet_chunk.cu", "dn_chunk_norm<%d>" % DK)((-(-T * Hk // 8),), (256,),
+                                                           (q, i64(ldq), k, i64(ldk), qn, kn, i32(T), i32(Hk),
+                                                            f32(qscale)))
+    function("deltanet_chunk.cu", "dn_chunk_prep<%d>" % DK)((-(-T // DN_CHUNK), Hv), (256,),
+                                                           (qn, kn, v, i64(ldv), g, beta, W, U, P, gm, i32(T),
+                                                            i32(Hk), i32(Hv), i32(Dv)))
+    function("deltanet_chunk.cu", "dn_chunk_state<%d>" % DK)((Hv, -(-Dv // DN_COLS)), (256,),
+                                                            (qn, kn, W, U, P, gm, state, i32(slot), out, i32(T),
+                                                             i32(Hk), i32(Hv), i32(Dv)))
 
 
 def gated_rmsnorm(x, z, ldz: int, w, y, D: int, eps: float, rows: int, heads: int):
@@ -153,6 +181,8 @@ def variants() -> list[tuple[str, str]]:
     """Every (file, kernel name) the launchers above can ask `function` for, from their own tables."""
     deltanet = [f"{k}<{w}>" for k in ("conv1d_step", "conv1d_prompt") for w in CONV_WIDTHS]
     deltanet += ["deltanet_gates", "gated_rmsnorm"] + ["deltanet_scan<%d, %d>" % (dk, scan_split(dk)) for dk in SCAN_DK]
+    chunk = [f"{k}<{dk}>" for k in ("dn_chunk_norm", "dn_chunk_prep", "dn_chunk_state") for dk in CHUNK_DK]
     moe = ["moe_route", "moe_slots", "moe_swiglu", "moe_combine"]
     moe += [f"moe_gemv<{b}>" for b in MOE_BITS]
-    return [("deltanet.cu", n) for n in deltanet] + [("moe.cu", n) for n in moe]
+    return ([("deltanet.cu", n) for n in deltanet] + [("deltanet_chunk.cu", n) for n in chunk]
+            + [("moe.cu", n) for n in moe])

@@ -4,7 +4,8 @@ mixed in.
 
 Tolerances: 2e-6 relative (to the output's norm) for the elementwise ops, the conv and the norms
 (expf and the summation order differ from numpy); 2e-5 for the recurrent step and 1e-4 for a
-prompt chunk (the kernel runs the recurrent form, numpy the chunked form); 5e-5 for the expert
+prompt chunk (the chunked form on both sides, in other summation orders; a key head dim without a
+chunked kernel runs the recurrent form); 5e-5 for the expert
 products (fp32 accumulation in another order); routing choices exactly. Rows are checked to be
 bit-identical alone and in a batch; padding rows (lane -1) touch only the scratch slot.
 """
@@ -110,7 +111,9 @@ def test_conv1d_step_gates_is_both_ops(gb, hv):
     assert rel(host(g), ng) < 2e-6 and rel(host(beta), nb) < 2e-6
 
 
-def inputs(rng, n, hk, hv, dk, dv):
+def inputs(rng, n, hk, hv, dk, dv, slow: bool = False):
+    """Random rows; slow: log decays in [-0.05, 0] (the default gates decay fast, so only nearby rows
+    of a chunk interact: slow ones exercise whole chunks)."""
     q = rng.normal(size=(n, hk, dk)).astype(np.float32)
     k = rng.normal(size=(n, hk, dk)).astype(np.float32)
     v = rng.normal(size=(n, hv, dv)).astype(np.float32)
@@ -118,6 +121,8 @@ def inputs(rng, n, hk, hv, dk, dv):
                                 rng.normal(size=(n, hv)).astype(np.float32),
                                 np.log(rng.uniform(1, 16, hv)).astype(np.float32),
                                 rng.normal(0, .5, hv).astype(np.float32))
+    if slow:
+        g = -rng.uniform(0, .05, (n, hv)).astype(np.float32)
     return q, k, v, g, beta
 
 
@@ -143,44 +148,76 @@ def test_deltanet_step(gb, hk, hv, dk, dv):
         assert np.array_equal(one[0], out[i]) and np.array_equal(host(d1)[lanes[i]], hs[lanes[i]])
 
 
-@pytest.mark.parametrize("T,hk,hv,dk,dv", [(T, 2, 4, dk, dk) for T in (1, 3, 64, 150) for dk in (16, 128)]
-                         + [(128, 16, 32, 128, 128)])  # the 35B-A3B shape: several tiles, several blocks a head
-def test_deltanet_prompt(gb, T, hk, hv, dk, dv):
+def packed(x, rng):
+    """q, k, v as the model passes them: row-strided views of one [T, 2·Hk·Dk + Hv·Dv + 3] array."""
+    q, k, v = x
+    T, kd = len(q), q[0].size
+    y = rng.normal(size=(T, 2 * kd + v[0].size + 3)).astype(np.float32)
+    y[:, 1:1 + kd], y[:, 1 + kd:1 + 2 * kd], y[:, 1 + 2 * kd:-2] = (a.reshape(T, -1) for a in (q, k, v))
+    d = cupy.asarray(y)
+    cols = (slice(1, 1 + kd), slice(1 + kd, 1 + 2 * kd), slice(1 + 2 * kd, -2))
+    return tuple(d[:, c].reshape(a.shape) for c, a in zip(cols, (q, k, v)))
+
+
+@pytest.mark.parametrize("T,hk,hv,dk,dv", [(T, 2, 4, dk, dk) for T in (1, 63, 64, 65, 128, 200) for dk in (16, 128)]
+                         + [(128, 16, 48, 128, 128), (128, 16, 32, 128, 128)]  # the 27B's and 35B-A3B's heads
+                         + [(130, 2, 4, 8, 8), (200, 2, 4, 64, 48), (70, 1, 3, 32, 40)]  # partial column blocks
+                         + [(3, 2, 2, 256, 64), (70, 2, 2, 256, 64)])  # no chunked kernel: the recurrent form
+@pytest.mark.parametrize("slow", [False, True])
+def test_deltanet_prompt(gb, T, hk, hv, dk, dv, slow):
+    """The chunked form against numpy's from a nonzero state on lane 1 (the other slots untouched);
+    row-strided inputs give the bits of contiguous ones."""
     rng = np.random.default_rng(T + dk)
-    q, k, v, g, beta = inputs(rng, T, hk, hv, dk, dv)
+    q, k, v, g, beta = inputs(rng, T, hk, hv, dk, dv, slow)
     st = rng.normal(0, .3, (3, hv, dk, dv)).astype(np.float32)
     ref_state = st.copy()
     ref = NB.deltanet_prompt(q, k, v, g, beta, ref_state, 1, 64)
     d = cupy.asarray(st)
-    out = gb.deltanet_prompt(*map(cupy.asarray, (q, k, v, g, beta)), d, 1, 64)
-    assert rel(host(out), ref) < 1e-4
+    out = host(gb.deltanet_prompt(*map(cupy.asarray, (q, k, v, g, beta)), d, 1, 64))
+    assert rel(out, ref) < 1e-4
     assert rel(host(d), ref_state) < 1e-4
     assert np.array_equal(host(d)[[0, 2]], st[[0, 2]])
+    d2 = cupy.asarray(st)
+    out2 = host(gb.deltanet_prompt(*packed((q, k, v), rng), *map(cupy.asarray, (g, beta)), d2, 1, 64))
+    assert np.array_equal(out2, out) and np.array_equal(host(d2), host(d))
 
 
-@pytest.mark.parametrize("hk,hv,dk,dv,T", [(16, 32, 128, 128, 40), (2, 4, 16, 16, 19), (2, 2, 256, 64, 17)])
-def test_deltanet_steps_are_prompt_bits(gb, hk, hv, dk, dv, T):
-    """Decode rows one at a time give the bits of the same rows as one prompt chunk (resumed and
-    drafted streams rely on it), across tile boundaries; and a chunk's first row gives a decode
-    batch's bits for that row."""
-    rng = np.random.default_rng(T + dk)
-    q, k, v, g, beta = inputs(rng, T, hk, hv, dk, dv)
+@pytest.mark.parametrize("hk,hv,dk,dv,T", [(16, 48, 128, 128, 130), (2, 4, 16, 16, 65), (2, 4, 8, 8, 1),
+                                           (2, 2, 256, 64, 17)])
+def test_deltanet_prompt_then_steps(gb, hk, hv, dk, dv, T):
+    """Decode rows stepping on from a prompt's end state: numpy's prompt then numpy's steps, within rounding."""
+    rng = np.random.default_rng(T + dk + 1)
+    n = 5
+    q, k, v, g, beta = inputs(rng, T + n, hk, hv, dk, dv, slow=True)
     st = rng.normal(0, .3, (3, hv, dk, dv)).astype(np.float32)
-    whole_state = cupy.asarray(st)
-    whole = host(gb.deltanet_prompt(*map(cupy.asarray, (q, k, v, g, beta)), whole_state, 1, 64))
-    step_state = cupy.asarray(st)
-    steps = np.concatenate([host(gb.deltanet_step(*(cupy.asarray(a[t:t + 1]) for a in (q, k, v, g, beta)), step_state,
-                                                  np.array([1], np.int32))) for t in range(T)])
-    assert np.array_equal(steps, whole) and np.array_equal(host(step_state), host(whole_state))
-    # row 0 decoded beside another lane's row (lane 0 holds the chunk's start state too)
-    both = np.concatenate([st[1:2], st[1:2], st[2:3]])
-    d2 = cupy.asarray(both)
-    q2, k2, v2, g2, b2 = inputs(rng, 1, hk, hv, dk, dv)
-    batch = [np.concatenate([a[:1], b]) for a, b in zip((q, k, v, g, beta), (q2, k2, v2, g2, b2))]
-    out = host(gb.deltanet_step(*map(cupy.asarray, batch), d2, np.array([0, 2], np.int32)))
-    first_state = cupy.asarray(st)
-    first = host(gb.deltanet_prompt(*(cupy.asarray(a[:1]) for a in (q, k, v, g, beta)), first_state, 1, 64))
-    assert np.array_equal(out[0], first[0]) and np.array_equal(host(d2)[0], host(first_state)[1])
+    ref_state = st.copy()
+    ref = [NB.deltanet_prompt(*(a[:T] for a in (q, k, v, g, beta)), ref_state, 2, 64)]
+    d = cupy.asarray(st)
+    got = [host(gb.deltanet_prompt(*(cupy.asarray(a[:T]) for a in (q, k, v, g, beta)), d, 2, 64))]
+    for t in range(T, T + n):
+        ref.append(NB.deltanet_step(*(a[t:t + 1] for a in (q, k, v, g, beta)), ref_state, np.array([2], np.int32)))
+        got.append(host(gb.deltanet_step(*(cupy.asarray(a[t:t + 1]) for a in (q, k, v, g, beta)), d,
+                                         np.array([2], np.int32))))
+    for u, r in zip(got, ref):
+        assert rel(u, r) < 1e-4
+    assert rel(host(d), ref_state) < 1e-4
+
+
+@pytest.mark.parametrize("hk,hv,dk,dv", [(16, 48, 128, 128), (2, 4, 16, 16), (1, 3, 64, 48)])
+def test_deltanet_prompt_bits(gb, hk, hv, dk, dv):
+    """A prompt's bits are a function of its rows alone: the same call twice gives the same bits, and
+    the rows cut into calls at multiples of 64 (prompt chunks at absolute positions) give one call's."""
+    rng = np.random.default_rng(dk + hv)
+    T = 200
+    x = [cupy.asarray(a) for a in inputs(rng, T, hk, hv, dk, dv, slow=True)]
+    st = cupy.asarray(rng.normal(0, .3, (2, hv, dk, dv)).astype(np.float32))
+    runs = []
+    for cuts in ((0, T), (0, T), (0, 64, T), (0, 128, T), (0, 64, 128, 192, T)):
+        d = st.copy()
+        out = [host(gb.deltanet_prompt(*(a[a0:a1] for a in x), d, 0, 64)) for a0, a1 in zip(cuts, cuts[1:])]
+        runs.append((np.concatenate(out), host(d)))
+    for out, state in runs[1:]:
+        assert np.array_equal(out, runs[0][0]) and np.array_equal(state, runs[0][1])
 
 
 WINDOW_SHAPES = [(16, 48, 128, 128), (16, 32, 128, 128)]  # 27B's and 35B-A3B's DeltaNet heads (hk, hv, dk, dv)

@@ -1,10 +1,13 @@
 """The Qwen3.5 / 3.6 part of the CuPy op set: Gated DeltaNet, gated RMSNorm and MoE, with the kernels
-of kernels/deltanet.cu and kernels/moe.cu. Numpy twins: the "Qwen3.5 / Qwen3.6" section of
+of kernels/deltanet.cu, kernels/deltanet_chunk.cu and kernels/moe.cu. Numpy twins: the "Qwen3.5 / Qwen3.6" section of
 numpy_backend.NumpyBackend (same names, same arguments). Stacked expert weights are
 `cupy_weights.QExperts` (qmv over rows grouped by expert) or `cupy_weights.ExpertWeight`.
 
-Differences from the numpy twins, all within rounding: a prompt chunk runs the delta rule in its
-recurrent form (one kernel, the state in registers) where numpy runs the chunked form; expert
+Differences from the numpy twins, all within rounding: a prompt chunk runs the delta rule in the
+chunked form like numpy (kernels/deltanet_chunk.cu, the same 64-row chunks; the products in fp32 in
+the kernels' own summation orders; scratch of O(T·Hv·(Dk + Dv + 64)) floats a call from CuPy's pool;
+a key head dim it has no kernel for, or another chunk size, takes the recurrent deltanet_scan);
+decode rows and verify windows run the recurrent form, as numpy's step; expert
 products accumulate in qmv's order, a prompt chunk's over K in one segment, decode rows' in
 qmv_split's segments (numpy sums a prompt's experts in expert order). Every row has the same
 arithmetic whatever the batch, as everywhere.
@@ -115,8 +118,21 @@ class Qwen35Ops:
                           stride if window > 1 else 0)
 
     def deltanet_prompt(self, q, k, v, g, beta, state, lane: int, chunk: int = 64):
-        """The recurrent form over the chunk's rows (`chunk` is the numpy twin's cut; unused here)."""
-        return self._scan(q, k, v, g, beta, state, cupy.asarray(np.array([lane], np.int32)), 1, len(q))
+        """The chunked form (three launches, chunks in parallel but for the state's pass); key head dims
+        outside KQ.CHUNK_DK or a chunk size other than KQ.DN_CHUNK: the recurrent form, explicitly."""
+        DK = q.shape[2]
+        if DK not in KQ.CHUNK_DK or chunk != KQ.DN_CHUNK:
+            return self._scan(q, k, v, g, beta, state, cupy.asarray(np.array([lane], np.int32)), 1, len(q))
+        q, ldq = self._q_rows(q, 3)
+        k, ldk = self._q_rows(k, 3)
+        v, ldv = self._q_rows(v, 3)
+        T, Hk, _ = q.shape
+        Hv, Dv = v.shape[1], v.shape[2]
+        out = cupy.empty((T, Hv, Dv), cupy.float32)
+        if T:
+            KQ.deltanet_chunked(q, ldq, k, ldk, v, ldv, self._q_f32(g), self._q_f32(beta), state, int(lane), out, T,
+                                Hk, Hv, DK, Dv, float(np.float32(DK ** -0.5)))
+        return out
 
     def gated_rmsnorm(self, x, z, w, eps: float):
         x = cupy.ascontiguousarray(self._m(x), dtype=cupy.float32)
