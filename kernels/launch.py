@@ -244,8 +244,8 @@ def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
 
 # attn_prompt's shapes, the widest the device's shared memory takes first: (DT padded head dim, BK keys
 # per tile, NW warps of 16 query vectors). The shape changes no bits: a query's arithmetic is its own.
-PROMPT_SHAPES = ((64, 64, 4), (128, 32, 4), (256, 32, 4), (256, 16, 4), (256, 16, 2))
-PROMPT_SPLIT = 512  # keys per split of a prompt row's attention (absolute positions: a multiple of every BK)
+PROMPT_SHAPES = ((64, 64, 4), (128, 32, 8), (128, 32, 4), (256, 32, 8), (256, 32, 4), (256, 16, 4), (256, 16, 2))
+PROMPT_SPLIT = 4096  # keys per split of a prompt row's attention (absolute positions: a multiple of every BK)
 
 
 def prompt_smem(DT: int, BK: int, NW: int, kv8: bool, f16: bool) -> int:

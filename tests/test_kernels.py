@@ -343,11 +343,13 @@ def test_prompt_attention_is_causal_and_row_invariant(gb, dtype, pt, G, D, fp16)
     the rows, in other blocks, gives the same bits."""
     rng = np.random.default_rng(11 + pt)
     kvh = 2
-    width = -(-700 // pt)
+    import kernels.launch as KL
+    KS = KL.PROMPT_SPLIT
+    width = -(-(KS + 188) // pt)
     nc, gc = caches(gb, dtype, width + 3, pt, kvh, D)
     fill_same(nc, gc, rng, dtype)
     table = rng.permutation(width + 3)[:width].astype(np.int32)
-    pos = np.arange(440, 579, dtype=np.int32)  # 139 rows across a key split (512) and page edges
+    pos = np.arange(KS - 72, KS + 67, dtype=np.int32)  # 139 rows across a key split and page edges
     tables = np.tile(table, (len(pos), 1))
     q = rng.normal(0, 1, (len(pos), kvh * G, D)).astype(np.float32)
     ref = NB.attention(q, nc, 0, tables, pos, prompt=True)
