@@ -137,6 +137,16 @@ DEV float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
   return v;
 }
+
+// The DeltaNet's q/k L2-norm factors from a warp's partial square sums: rq = qscale / |q|, rk = 1 / |k|
+// (eps 1e-6 under the root; the scan and the chunked prompt form share them, so their bits).
+DEV void qk_norm_factors(float sq, float sk, float qscale, float& rq, float& rk) {
+  sq = warp_sum(sq);
+  sk = warp_sum(sk);
+  rq = __fdiv_rn(qscale, __fsqrt_rn(__fadd_rn(sq, 1e-6f)));
+  rk = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(sk, 1e-6f)));
+}
+
 DEV float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
@@ -160,6 +170,9 @@ DEV void warp_argmax(float& v, int& i) {
 DEV float silu_mul_f(float g, float u) {
   return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
 }
+
+// A position's flat cache slot through its row's page table (windows and pages alike).
+DEV i64 slot_of(const int* __restrict__ tab, int p, int pt) { return (i64)tab[p / pt] * pt + (p % pt); }
 
 // --- one head vector, with the lazy per-head ops applied --------------------------------------
 // One warp loads x[off .. off+D) into dst (shared memory), then optionally RMS-normalises it with

@@ -210,10 +210,8 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
         sq = __fadd_rn(sq, __fmul_rn(qr[at], qr[at]));
         sk = __fadd_rn(sk, __fmul_rn(kr[at], kr[at]));
       }
-      sq = warp_sum(sq);
-      sk = warp_sum(sk);
-      const float rq = __fdiv_rn(qscale, __fsqrt_rn(__fadd_rn(sq, 1e-6f)));
-      const float rk = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(sk, 1e-6f)));
+      float rq, rk;
+      qk_norm_factors(sq, sk, qscale, rq, rk);
       for (int d = lane; d < DK; d += 32) {
         const int at = (d / R) * P + d % R;
         qr[at] = __fmul_rn(qr[at], rq);

@@ -43,10 +43,8 @@ __global__ void __launch_bounds__(256)
     sq = __fadd_rn(sq, __fmul_rn(qr[d], qr[d]));
     sk = __fadd_rn(sk, __fmul_rn(kr[d], kr[d]));
   }
-  sq = warp_sum(sq);
-  sk = warp_sum(sk);
-  const float rq = __fdiv_rn(qscale, __fsqrt_rn(__fadd_rn(sq, 1e-6f)));
-  const float rk = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(sk, 1e-6f)));
+  float rq, rk;
+  qk_norm_factors(sq, sk, qscale, rq, rk);
   for (int d = lane; d < DK; d += 32) {
     qn[e * DK + d] = __fmul_rn(qr[d], rq);
     kn[e * DK + d] = __fmul_rn(kr[d], rk);

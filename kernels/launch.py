@@ -242,8 +242,10 @@ def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
                                f32(scale), _ptr(part), _ptr(gpart), i32(nch), counters, out), shared_mem=smem)
 
 
-# attn_prompt's shapes, the widest the device's shared memory takes first: (DT padded head dim, BK keys
-# per tile, NW warps of 16 query vectors). The shape changes no bits: a query's arithmetic is its own.
+# --- attn_prompt.cu ------------------------------------------------------------------------------
+# attn_prompt's shapes (DT padded head dim, BK keys per tile, NW warps of 16 query vectors): the first
+# of the narrowest DT that covers the head dim and fits the device's shared memory (8 warps share a
+# K/V tile where they fit). The shape changes no bits: a query's arithmetic is its own.
 PROMPT_SHAPES = ((64, 64, 4), (128, 32, 8), (128, 32, 4), (256, 32, 8), (256, 32, 4), (256, 16, 4), (256, 16, 2))
 PROMPT_SPLIT = 4096  # keys per split of a prompt row's attention (absolute positions: a multiple of every BK)
 
@@ -276,7 +278,7 @@ def attn_prompt(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
     positions over the grid, merged per row. f16: single fp16 operands (the fp16 prefill precision)."""
     import cupy
     DT, BK, NW, smem = prompt_shape(D, smem_optin(), kv8, f16)
-    f = function("attention.cu", "attn_prompt<%d, %d, %d, %d, %d>" % (int(kv8), DT, BK, NW, int(f16)))
+    f = function("attn_prompt.cu", "attn_prompt<%d, %d, %d, %d, %d>" % (int(kv8), DT, BK, NW, int(f16)))
     if smem > 48 * 1024 and f.max_dynamic_shared_size_bytes < smem:
         f.max_dynamic_shared_size_bytes = smem
     QR, S, H = 16 * NW // G, maxpos // PROMPT_SPLIT + 1, KH * G
@@ -285,7 +287,7 @@ def attn_prompt(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
                                                  positions, tables, i32(pt), kc, vc, _ptr(ksc), _ptr(vsc), i32(KH),
                                                  i32(G), i32(D), f32(scale), i32(rows), i32(PROMPT_SPLIT), part),
       shared_mem=smem)
-    function("attention.cu", "attn_prompt_merge")((rows, H), (256,), (part, positions, i32(S), i32(PROMPT_SPLIT),
+    function("attn_prompt.cu", "attn_prompt_merge")((rows, H), (256,), (part, positions, i32(S), i32(PROMPT_SPLIT),
                                                                      i32(H), i32(D), out))
 
 
@@ -304,9 +306,9 @@ def variants() -> list[tuple[str, str]]:
     qgemm += ["qgemm_stage<%d>" % xm for xm in QMV_INPUTS] + ["qgemm_reduce"]
     elementwise = ["rmsnorm_rows", "gate_rows", "heads_out"]
     attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode") for kv8 in (0, 1)]
-    attention += ["attn_prompt<%d, %d, %d, %d, %d>" % (kv8, *sh, f16) for kv8 in (0, 1) for sh in PROMPT_SHAPES
-                  for f16 in (0, 1)]
-    attention += ["attn_prompt_merge"]
+    prompt = ["attn_prompt<%d, %d, %d, %d, %d>" % (kv8, *sh, f16) for kv8 in (0, 1) for sh in PROMPT_SHAPES
+              for f16 in (0, 1)] + ["attn_prompt_merge"]
     return ([("gemv.cu", n) for n in dict.fromkeys(gemv)] + [("elementwise.cu", n) for n in elementwise]
             + [("qgemm.cu", n) for n in qgemm]
-            + [("attention.cu", n) for n in attention] + [("sampling.cu", "sample_rows"), ("timing.cu", "spin")])
+            + [("attention.cu", n) for n in attention] + [("attn_prompt.cu", n) for n in prompt]
+            + [("sampling.cu", "sample_rows"), ("timing.cu", "spin")])

@@ -100,13 +100,18 @@ class Qwen35Ops:
             KQ.deltanet_gates(a, lda, b, ldb, self._q_f32(a_log), self._q_f32(dt_bias), g, beta, Hv, n)
         return g, beta
 
-    def _scan(self, q, k, v, g, beta, state, lanes_dev, nseq: int, T: int, stride: int = 0):
+    def _qkv(self, q, k, v):
+        """(q, ldq, k, ldk, v, ldv) as the DeltaNet kernels take them (row-strided float32), and the
+        output [n, Hv, Dv]."""
         q, ldq = self._q_rows(q, 3)
         k, ldk = self._q_rows(k, 3)
         v, ldv = self._q_rows(v, 3)
+        return (q, ldq, k, ldk, v, ldv), cupy.empty((len(q), v.shape[1], v.shape[2]), cupy.float32)
+
+    def _scan(self, q, k, v, g, beta, state, lanes_dev, nseq: int, T: int, stride: int = 0):
+        (q, ldq, k, ldk, v, ldv), out = self._qkv(q, k, v)
         n, Hk, DK = q.shape
         Hv, Dv = v.shape[1], v.shape[2]
-        out = cupy.empty((n, Hv, Dv), cupy.float32)
         if n:
             KQ.deltanet_scan(q, ldq, k, ldk, v, ldv, self._q_f32(g), self._q_f32(beta), state, lanes_dev,
                              state.shape[0], out, nseq, T, stride, Hk, Hv, DK, Dv, float(np.float32(DK ** -0.5)))
@@ -123,12 +128,9 @@ class Qwen35Ops:
         DK = q.shape[2]
         if DK not in KQ.CHUNK_DK or chunk != KQ.DN_CHUNK:
             return self._scan(q, k, v, g, beta, state, cupy.asarray(np.array([lane], np.int32)), 1, len(q))
-        q, ldq = self._q_rows(q, 3)
-        k, ldk = self._q_rows(k, 3)
-        v, ldv = self._q_rows(v, 3)
+        (q, ldq, k, ldk, v, ldv), out = self._qkv(q, k, v)
         T, Hk, _ = q.shape
         Hv, Dv = v.shape[1], v.shape[2]
-        out = cupy.empty((T, Hv, Dv), cupy.float32)
         if T:
             KQ.deltanet_chunked(q, ldq, k, ldk, v, ldv, self._q_f32(g), self._q_f32(beta), state, int(lane), out, T,
                                 Hk, Hv, DK, Dv, float(np.float32(DK ** -0.5)))
