@@ -247,6 +247,7 @@ def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
 # of the narrowest DT that covers the head dim and fits the device's shared memory (8 warps share a
 # K/V tile where they fit). The shape changes no bits: a query's arithmetic is its own.
 PROMPT_SHAPES = ((64, 64, 4), (128, 32, 8), (128, 32, 4), (256, 32, 8), (256, 32, 4), (256, 16, 4), (256, 16, 2))
+DEVICE_SMEM = (227 * 1024, 99 * 1024)  # opt-in shared bytes a block gets on an H200 and a GB10: the shapes CI compiles
 PROMPT_SPLIT = 4096  # keys per split of a prompt row's attention (absolute positions: a multiple of every BK)
 
 
@@ -306,8 +307,9 @@ def variants() -> list[tuple[str, str]]:
     qgemm += ["qgemm_stage<%d>" % xm for xm in QMV_INPUTS] + ["qgemm_reduce"]
     elementwise = ["rmsnorm_rows", "gate_rows", "heads_out"]
     attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode") for kv8 in (0, 1)]
-    prompt = ["attn_prompt<%d, %d, %d, %d, %d>" % (kv8, *sh, f16) for kv8 in (0, 1) for sh in PROMPT_SHAPES
-              for f16 in (0, 1)] + ["attn_prompt_merge"]
+    prompt = sorted({"attn_prompt<%d, %d, %d, %d, %d>" % (kv8, *prompt_shape(D, limit, kv8, f16)[:3], f16)
+                     for kv8 in (0, 1) for f16 in (0, 1) for limit in DEVICE_SMEM for D in (64, 128, 256)})
+    prompt += ["attn_prompt_merge"]
     return ([("gemv.cu", n) for n in dict.fromkeys(gemv)] + [("elementwise.cu", n) for n in elementwise]
             + [("qgemm.cu", n) for n in qgemm]
             + [("attention.cu", n) for n in attention] + [("attn_prompt.cu", n) for n in prompt]
