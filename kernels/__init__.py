@@ -99,14 +99,15 @@ class _Kernel:
 
     def __init__(self, kernel, name: str, checked: bool):
         self.kernel, self.name, self.checked = kernel, name, checked
+        self._smem = 48 * 1024  # dynamic shared bytes a launch may take without an opt-in
 
-    @property
-    def max_dynamic_shared_size_bytes(self) -> int:
-        return self.kernel.max_dynamic_shared_size_bytes
-
-    @max_dynamic_shared_size_bytes.setter
-    def max_dynamic_shared_size_bytes(self, n: int) -> None:
-        self.kernel.max_dynamic_shared_size_bytes = n
+    def allow_smem(self, n: int) -> None:
+        """Let launches take n dynamic shared bytes (an opt-in above 48 KB): the driver is asked once
+        per larger size, not on every launch."""
+        if n > self._smem:
+            if self.kernel.max_dynamic_shared_size_bytes < n:
+                self.kernel.max_dynamic_shared_size_bytes = n
+            self._smem = n
 
     def __call__(self, grid, block, args, **kw):
         if _timer is None and not self.checked:

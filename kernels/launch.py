@@ -135,8 +135,7 @@ def qgemm(codes, sb, st: int, group: int, M: int, K: int, x, ldx: int, y, nrows:
     part = cupy.empty(P * nrows * M, cupy.float32) if P > 1 else None
     f = function("qgemm.cu", "qgemm<%d, %d>" % (group // 32, st))
     smem = qgemm_smem(group, st)
-    if f.max_dynamic_shared_size_bytes < smem:
-        f.max_dynamic_shared_size_bytes = smem
+    f.allow_smem(smem)
     f((-(-M // QG_ROWS), -(-nrows // QG_ROWS), P), (256,),
       (codes, sb, xs, rf, y, i64(y.shape[1]), _ptr(part), i32(nrows), i32(M), i32(Sp), i32(KB)), shared_mem=smem)
     if P > 1:
@@ -234,8 +233,7 @@ def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
     counters = qmv_counters(rows * KH * (gmax + 1))
     f = function("attention.cu", "attn_decode<%d>" % int(kv8))
     smem = decode_smem(kv8, G, D)
-    if smem > 48 * 1024 and f.max_dynamic_shared_size_bytes < smem:
-        f.max_dynamic_shared_size_bytes = smem
+    f.allow_smem(smem)
     f((KH, rows, nch), (256,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(inv), i32(half), _ptr(kn), i64(ks0),
                                i64(ks1), _ptr(knw), f32(keps), _ptr(vn), i64(vs0), i64(vs1), positions, tables,
                                i32(tables.shape[1]), i32(pt), kc, vc, _ptr(ksc), _ptr(vsc), i32(KH), i32(G), i32(D),
@@ -264,6 +262,7 @@ def smem_optin() -> int:
     return int(cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
 
 
+@lru_cache(maxsize=None)
 def prompt_shape(D: int, limit: int, kv8: bool = False, f16: bool = False) -> tuple[int, int, int, int]:
     """(DT, BK, NW, dynamic shared bytes) of attn_prompt for head dim D (<= 256) within `limit` bytes."""
     fits = [sh for sh in PROMPT_SHAPES if D <= sh[0] and prompt_smem(*sh, kv8, f16) <= limit]
@@ -280,8 +279,7 @@ def attn_prompt(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
     import cupy
     DT, BK, NW, smem = prompt_shape(D, smem_optin(), kv8, f16)
     f = function("attn_prompt.cu", "attn_prompt<%d, %d, %d, %d, %d>" % (int(kv8), DT, BK, NW, int(f16)))
-    if smem > 48 * 1024 and f.max_dynamic_shared_size_bytes < smem:
-        f.max_dynamic_shared_size_bytes = smem
+    f.allow_smem(smem)
     QR, S, H = 16 * NW // G, maxpos // PROMPT_SPLIT + 1, KH * G
     part = cupy.empty(rows * H * S * (D + 2), cupy.float32)
     f(((rows + QR - 1) // QR, KH, S), (32 * NW,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(inv), i32(half),
