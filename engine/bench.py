@@ -1,9 +1,10 @@
 """`python -m engine bench`: prompt and decode throughput, and the memory roofline (DESIGN §9).
 
 Cells, as in the seed's table: prompt tok/s at 2,048 / 9,216 / 15,000 tokens (one prompt each, after a
-warm-up), and aggregate decode tok/s of 1, 4 and 8 streams x 256 tokens (completion tokens / wall,
-fixed chat prompts, ignore_eos), greedy and at temperature 1.0 (top_k 40, top_p 0.95: the app's
-defaults). For every decode cell, the fraction of the memory roofline: the bytes a decode step must
+warm-up), and aggregate decode tok/s of 1, 4 and 8 streams x 256 tokens (fixed chat prompts,
+ignore_eos: the tokens after the first over the time since the first, as llama.cpp counts its decode;
+the note gives the rate with the prompt counted in), greedy and at temperature 1.0 (top_k 40, top_p
+0.95: the app's defaults). For every decode cell, the fraction of the memory roofline: the bytes a decode step must
 read (every weight it touches, the embedding rows it gathers, each stream's K/V so far, and the DeltaNet
 state each stream reads and writes back) over the
 step time, over the device-to-device copy bandwidth measured in the same run (bytes read + written).
@@ -205,7 +206,7 @@ def synthetic_bytes(name: str, bits: int = 4) -> int:
 class Bench:
     runner: object
     settings: EngineSettings
-    steps: list = field(default_factory=list)  # (rows, seconds, bytes) of every decode step
+    observed: list = field(default_factory=list)  # (rows, StepStats, bytes) of every decode step
     rid: int = 0
     t_end: float = 0.0  # perf_counter when the last run ended
 
@@ -235,17 +236,40 @@ class Bench:
 
         def observe(step) -> None:
             rows = len(step.positions)
-            self.steps.append((rows, step.seconds, step_weight_bytes(model, rows)
-                               + step_kv_bytes(cfg, dtype, step.positions) + step_state_bytes(cfg, rows)))
+            self.observed.append((rows, step, step_weight_bytes(model, rows)
+                                  + step_kv_bytes(cfg, dtype, step.positions) + step_state_bytes(cfg, rows)))
         sched.step_observer = observe
+
+    @property
+    def steps(self) -> list[tuple[int, float, int]]:
+        """(rows, seconds, bytes) of the observed steps: their device times, read once the run is over."""
+        return [(rows, step.seconds, by) for rows, step, by in self.observed]
+
+
+def decode_rate(seqs: list, t_end: float) -> float:
+    """Decode tok/s of streams started together: the tokens after each one's first over the time from
+    the last first token to the end (as llama.cpp's tg and batched-bench S_TG count: no prompt)."""
+    t0 = max(q.t_first for q in seqs)
+    return sum(q.generated - 1 for q in seqs) / (t_end - t0)
+
+
+def decode_cell(bench: Bench, seqs: list, wall: float, name: str, rows: int, bw: float) -> Cell:
+    """A decode cell from its finished streams: decode tok/s, the step statistics, and in the note the
+    rate with the prompt's time counted in and the wall time of a step with the host's work."""
+    cell = step_stats(Cell(name, tok_s=decode_rate(seqs, bench.t_end)), bench, rows, bw)
+    steps = sum(1 for r, _, _ in bench.steps if r == rows)
+    per_step = (bench.t_end - max(q.t_first for q in seqs)) / steps if steps else None
+    cell.note = (f"with the prompt {sum(q.generated for q in seqs) / wall:,.1f} tok/s"
+                 + (f"; {1e3 * per_step:.2f} ms a step with the host's work" if per_step else ""))
+    return cell
 
 
 def history_cell(bench: Bench, sched, prompt: list[int], tokens: int, name: str, bw: float) -> Cell:
     """Decode of one stream after a long prompt: tokens after the first over the time since it."""
-    bench.steps.clear()
+    bench.observed.clear()
     greedy = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
-    _, seqs = bench.run(sched, [prompt], greedy)
-    return step_stats(Cell(name, tok_s=(seqs[0].generated - 1) / (bench.t_end - seqs[0].t_first)), bench, 1, bw)
+    wall, seqs = bench.run(sched, [prompt], greedy)
+    return decode_cell(bench, seqs, wall, name, 1, bw)
 
 
 def step_stats(cell: Cell, bench: Bench, rows: int, bw: float) -> Cell:
@@ -269,12 +293,12 @@ def drafted_cell(bench: Bench, s: EngineSettings, msgs: list, params: SamplingPa
             sched.verifier.drafter.learn(q.tokens)
     bench.timed_decode(sched)
     bench.run(sched, msgs, replace(params, max_tokens=s.draft_tokens + 3), messages=True)  # capture the graphs
-    bench.steps.clear()
+    bench.observed.clear()
     dt, seqs = bench.run(sched, msgs, params, messages=True)
     k, S = sched.plan.draft_tokens, len(msgs)  # a DFlash2 block may cap the settings' k
     windows = [t for r, t, _ in bench.steps if r == S * (k + 1)]
     mean = statistics.mean(q.stats.mean_length for q in seqs)
-    out = Cell(f"{cell.name}, {s.drafter} k={k}", tok_s=sum(q.generated for q in seqs) / dt,
+    out = Cell(f"{cell.name}, {s.drafter} k={k}", tok_s=decode_rate(seqs, bench.t_end),
                step_ms=1e3 * statistics.median(windows) if windows else None)
     cost = f", window {out.step_ms / cell.step_ms:.2f}x one row's step" if windows and cell.step_ms else ""
     out.note = f"mean accepted length {mean:.2f}{cost}"
@@ -355,9 +379,9 @@ def main(a) -> int:
                                     max_tokens=a.decode_tokens, ignore_eos=True, seed=7)
             msgs = [[{"role": "user", "content": CHATS[i % len(CHATS)]}] for i in range(S)]
             bench.run(sched, msgs, replace(params, max_tokens=3), messages=True)  # capture this batch's graph
-            bench.steps.clear()
+            bench.observed.clear()
             dt, seqs = bench.run(sched, msgs, params, messages=True)
-            cells.append(step_stats(Cell(name, tok_s=sum(q.generated for q in seqs) / dt), bench, S, bw))
+            cells.append(decode_cell(bench, seqs, dt, name, S, bw))
             log(f"bench: {name}: {sum(q.generated for q in seqs)} tokens in {dt:.2f} s")
             if drafted is not None:
                 sched = None  # its cache's memory goes to the drafted run's, then back
@@ -389,6 +413,10 @@ def main(a) -> int:
     print(format_table(cells))
     if getattr(a, "profile", False):
         print(format_profile(profile_step(runner, sched), b.name))
+        for n in getattr(a, "history", []):  # the same step where the attention reads a long history
+            if n + 1 < s.context:
+                print(format_profile(profile_step(runner, sched, n), b.name,
+                                     f"one decode step, 1 stream at position {n}"))
         start = max(0, (max(a.prompt_lengths) - s.prefill_chunk) // s.prefill_chunk * s.prefill_chunk)
         print(format_profile(profile_chunk(runner, sched, start), b.name,
                              f"one prompt chunk of {s.prefill_chunk} rows at positions {start}.."))

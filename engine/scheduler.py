@@ -37,10 +37,15 @@ from .thinking import Splitter
 
 @dataclass
 class StepStats:
-    """One decode step, for a step observer: its rows' positions and its wall time (synchronised)."""
+    """One decode step, for a step observer: its rows' positions and its time on the device, read
+    from two marks in the backend's work (`Backend.mark`) when asked, so observing never stalls it."""
     positions: list[int]
-    seconds: float
+    timer: Callable[[], float]
     window: int = 1  # rows per stream (k + 1 in a verify window)
+
+    @property
+    def seconds(self) -> float:
+        return self.timer()
 
 
 @dataclass
@@ -94,7 +99,7 @@ class Scheduler:
         # Positions computed so far: by prompt chunks and by decode steps (monotone; a pause loses none).
         self.prompt_positions = 0
         self.decode_positions = 0
-        # Called after every decode step with its StepStats; the step then synchronises the device twice.
+        # Called after every decode step with its StepStats (whose time is read later: no synchronisation).
         self.step_observer: Callable[[StepStats], None] | None = None
         drafter = drafters.make(plan.drafter, model, backend, drafter_weights)
         self.verifier = Verifier(self, drafter, plan.draft_tokens) if drafter else None  # speculative decoding
@@ -252,11 +257,10 @@ class Scheduler:
         if self.step_observer is None:
             out = self.b.decode_step(self.model, rows, self.cache)
         else:
-            self.b.synchronize()
-            t = time.perf_counter()
-            out = self.b.decode_step(self.model, rows, self.cache)
-            self.b.synchronize()
-            self.step_observer(StepStats(rows.positions.tolist(), time.perf_counter() - t, rows.window))
+            b, start = self.b, self.b.mark()
+            out = b.decode_step(self.model, rows, self.cache)
+            end = b.mark()
+            self.step_observer(StepStats(rows.positions.tolist(), lambda: b.seconds(start, end), rows.window))
         if self.after_forward is not None:
             self.after_forward(rows)
         self.decode_positions += int((rows.lanes >= 0).sum())

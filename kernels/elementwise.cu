@@ -60,3 +60,20 @@ extern "C" __global__ void heads_out(const float* __restrict__ x, i64 s0, i64 s1
   load_head(buf, x, (i64)row * s0 + (i64)head * s1, D, nw, eps, pos, row, inv, half, lane);
   for (int d = lane; d < D; d += 32) out[((i64)row * heads + head) * D + d] = buf[d];
 }
+
+// dst[a] slot dslot[j] = src[a] slot sslot[j] for every array a of a table and slot pair j (floats, size[a] a
+// slot): the recurrent slots of many layers set aside or put back in one launch, not one copy an array.
+// grid = (blocks a slot, pairs, arrays), block = 256.
+extern "C" __global__ void __launch_bounds__(256) copy_slots(const u64* __restrict__ src, const u64* __restrict__ dst,
+                                                            const i64* __restrict__ size, const int* __restrict__ sslot,
+                                                            const int* __restrict__ dslot) {
+  const int j = blockIdx.y, a = blockIdx.z;
+  const i64 n = size[a], step = (i64)gridDim.x * 256;
+  const float* s = (const float*)src[a] + sslot[j] * n;
+  float* d = (float*)dst[a] + dslot[j] * n;
+  if ((n & 3) == 0) {  // whole float4s (slots of a multiple of 4 floats are 16-byte aligned)
+    for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < n >> 2; i += step) ((float4*)d)[i] = ((const float4*)s)[i];
+  } else {
+    for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < n; i += step) d[i] = s[i];
+  }
+}

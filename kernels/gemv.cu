@@ -75,8 +75,10 @@ struct QmvShape {
 //   XM 0: x;  1: silu(x) * x2 (the MLP's gate and up halves);
 //   2: RMSNorm of h = x (+ x2 when given): the staged input is h * nw and the output is divided by
 //      sqrt(mean(h^2) + eps) of the whole row; blocks of the first 128 weight rows write h to hout.
-// grid = (ceil(M / 128), P segments, ceil(nrows / R)), block = 256 (8 warps, one tile each); at most
-// 128 registers, so two blocks share an SM (NVRTC gave the 4-tile variants 134: one block, 8 warps).
+// grid = (ceil(M / 128), P segments, ceil(nrows / R)), block = 256 (8 warps, one tile each); MINB
+// blocks an SM (2: at most 128 registers; NVRTC gave the 4-tile variants 134, one block an SM). The
+// launcher takes 3 (at most 85 registers, a little slower a block) where that makes one wave fewer:
+// register allocation only, the same bits.
 // Codes and scales are padded to Sp subgroups (zero codes, zero scale and bias): no per-subgroup
 // check runs, the padding adds exact zeros. Each warp walks its tile with one pointer and fixed
 // strides; only the rows a block has are staged (the others stay zero from the start).
@@ -84,8 +86,8 @@ struct QmvShape {
 // [z * mblocks] are zero between launches (the last block of a tile row resets its own).
 // EX 1: stacked expert weights (ecodes / esb words apart); slice z takes slot z of `slots`
 // ([expert, count, R row ids]; moe_slots builds them): x row id / kx, y row id.
-template <int BITS, int SUB, int NT, int XM, int SBT, int EX>
-__global__ void __launch_bounds__(256, 2) qmv(const u32* __restrict__ codes, const u32* __restrict__ sb, int st_,
+template <int BITS, int SUB, int NT, int XM, int SBT, int EX, int MINB>
+__global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, const u32* __restrict__ sb, int st_,
                                            const float* __restrict__ x, const float* __restrict__ x2, i64 ldx,
                                            i64 ldx2, const float* __restrict__ nw, float eps,
                                            float* __restrict__ hout, i64 ldh, float* __restrict__ y, i64 ldy,

@@ -65,6 +65,20 @@ def qmv_split(M: int, K: int) -> tuple[int, int]:
     return KS, -(-K // KS)
 
 
+@lru_cache(maxsize=None)
+def sm_count() -> int:
+    import cupy
+    return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
+
+
+def qmv_min_blocks(blocks: int, sms: int) -> int:
+    """qmv's blocks an SM, 2 or 3: 3 where it takes fewer waves of `sms` SMs (the 27B's 272-block
+    gate_up: 2 waves at 2 an SM on an H200's 132, 1 at 3), else 2 (a block runs faster at 128
+    registers than at 85). Registers only: the bits are the same."""
+    waves = [-(-blocks // (sms * m)) for m in (2, 3)]
+    return 3 if waves[1] < waves[0] else 2
+
+
 def qmv_counters(n: int):
     """Zeroed arrival counters of the reductions across blocks (qmv segments, attention chunks): the
     last block of each reduction resets its own, so one array serves every launch of the stream."""
@@ -77,9 +91,10 @@ def qmv_counters(n: int):
 
 
 def qmv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, ldx: int, y, nrows: int, xm: int = 0,
-        x2=None, ldx2: int = 0, nw=None, eps: float = 0.0, hout=None, ldh: int = 0):
+        x2=None, ldx2: int = 0, nw=None, eps: float = 0.0, hout=None, ldh: int = 0, min_blocks: int = 0):
     """y[:nrows, :M] = f(x) @ W^T for repacked W, with f by xm: 0 x; 1 silu(x) * x2;
-    2 rmsnorm(x [+ x2]) * nw (h = x + x2 written to hout when given)."""
+    2 rmsnorm(x [+ x2]) * nw (h = x + x2 written to hout when given). min_blocks: 2 or 3 blocks an SM
+    where both are compiled (4-bit, up to 8 rows), 0 for the one with fewer waves (qmv_min_blocks)."""
     import cupy
     nt = 0 if nrows <= 4 else (1 if nrows <= 8 else (2 if nrows <= 16 else 4))  # 0: up to 4 rows packed
     R = 8 * nt if nt else 4
@@ -92,7 +107,8 @@ def qmv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, ldx: int, 
         counters = qmv_counters(slices * mblocks)
     else:
         part = sspart = counters = None
-    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 0>" % (bits, group // 32, nt, xm, st))
+    minb = (min_blocks or qmv_min_blocks(mblocks * P * slices, sm_count())) if bits == 4 and nt <= 1 else 2
+    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 0, %d>" % (bits, group // 32, nt, xm, st, minb))
     f((mblocks, P, slices), (256,),
       (codes, sb, i32(st), x, _ptr(x2), i64(ldx), i64(ldx2), _ptr(nw), f32(eps), _ptr(hout), i64(ldh), y,
        i64(y.shape[1]), i32(nrows), i32(M), i32(Mp), i32(K), i32(padded_subgroups(K)), i32(KS), _ptr(part),
@@ -189,6 +205,14 @@ def gate_rows(a, lda: int, b, ldb: int, out, J: int, mode: int, rows: int):
 def heads_out(x, s0: int, s1: int, D: int, nw, eps: float, pos, inv, half: int, out, rows: int, heads: int):
     f = function("elementwise.cu", "heads_out")
     f((rows, heads), (32,), (x, i64(s0), i64(s1), i32(D), _ptr(nw), f32(eps), _ptr(pos), _ptr(inv), i32(half), out))
+
+
+def copy_slots(src, dst, sizes, sslots, dslots, pairs: int, arrays: int, largest: int):
+    """Slot pairs of every array of a table copied in one launch: src, dst device tables of the arrays'
+    addresses (uint64), sizes their floats a slot (int64), sslots/dslots the pairs (int32)."""
+    f = function("elementwise.cu", "copy_slots")
+    blocks = max(1, min(64, -(-largest // (4 * 256 * 4))))  # about four float4s a thread of the largest
+    f((blocks, pairs, arrays), (256,), (src, dst, sizes, sslots, dslots))
 
 
 SAMPLE_MAX_K = 1024  # the largest top-k the device sampler takes (sampling.cu's cdf array)
@@ -294,16 +318,16 @@ def attn_prompt(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
 def variants() -> list[tuple[str, str]]:
     """Every (file, kernel name) the launchers above can ask `function` for, from their own tables."""
     gemv = ["repack4", "repack8", "dense_gemv", "embed_dense", "fill_random_u32"]
-    gemv += ["qmv<%d, %d, %d, %d, %d, 0>" % (bits, group // 32, nt, xm, st)
+    gemv += ["qmv<%d, %d, %d, %d, %d, 0, %d>" % (bits, group // 32, nt, xm, st, minb)
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_TILES for xm in QMV_INPUTS
-             for st in QMV_SCALES]
-    gemv += ["qmv<%d, %d, %d, %d, %d, 1>" % (bits, group // 32, nt, xm, st)
+             for st in QMV_SCALES for minb in ((2, 3) if bits == 4 and nt <= 1 else (2,))]
+    gemv += ["qmv<%d, %d, %d, %d, %d, 1, 2>" % (bits, group // 32, nt, xm, st)
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_EXPERT_TILES for xm in (0, 1)
              for st in QMV_SCALES]  # the expert products (launch_qwen3_5.qmv_experts)
     gemv += [f"{k}<{bits}>" for k in ("embed_q", "dequant") for bits in QMV_BITS]
     qgemm = ["qgemm<%d, %d>" % (group // 32, st) for group in QMV_GROUPS for st in QMV_SCALES]
     qgemm += ["qgemm_stage<%d>" % xm for xm in QMV_INPUTS] + ["qgemm_reduce"]
-    elementwise = ["rmsnorm_rows", "gate_rows", "heads_out"]
+    elementwise = ["rmsnorm_rows", "gate_rows", "heads_out", "copy_slots"]
     attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode") for kv8 in (0, 1)]
     prompt = sorted({"attn_prompt<%d, %d, %d, %d, %d>" % (kv8, *prompt_shape(D, limit, kv8, f16)[:3], f16)
                      for kv8 in (0, 1) for f16 in (0, 1) for limit in DEVICE_SMEM for D in (64, 128, 256)})

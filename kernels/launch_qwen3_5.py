@@ -157,7 +157,7 @@ def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: i
     tiles = Mp // 16
     ecodes = tiles * L.padded_subgroups(K) * 32 * (2 if bits == 4 else 4)
     esb = tiles * (L.padded_subgroups(K) * 32 // group) * 16 * (2 if st == 2 else 1)
-    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 1>" % (bits, group // 32, slots.nt, xm, st))
+    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 1, 2>" % (bits, group // 32, slots.nt, xm, st))
     f((mblocks, P, Z), (256,),
       (codes, sb, i32(st), x, L._ptr(x2), i64(ldx), i64(ldx2), L.NULL, f32(0), L.NULL, i64(0), y, i64(y.shape[1]),
        i32(nk), i32(M), i32(Mp), i32(K), i32(L.padded_subgroups(K)), i32(KS), L._ptr(part), L.NULL, L._ptr(counters),

@@ -128,6 +128,25 @@ def gb():
     return CupyBackend()
 
 
+@gpu_test
+def test_copy_slots_is_numpy_indexing(gb):
+    """Every array's slot pairs in one launch: whole float4 slots and odd-sized ones, between arrays and
+    within one (a verify window's keep), as the numpy backend's fancy-indexed copy gives them."""
+    import cupy
+    rng = np.random.default_rng(5)
+    shapes = [(9, 3, 8), (9, 5, 7), (9, 2, 64, 32)]
+    src = [rng.standard_normal(sh).astype(np.float32) for sh in shapes]
+    dst = [rng.standard_normal((4, *sh[1:])).astype(np.float32) for sh in shapes]
+    dsrc, ddst = [cupy.asarray(a) for a in src], [cupy.asarray(a) for a in dst]
+    for s_, d_ in (([7, 2, 5], [0, 3, 1]), ([4], [2])):
+        NumpyBackend().copy_slots(src, dst, s_, d_)
+        gb.copy_slots(dsrc, ddst, s_, d_)
+    NumpyBackend().copy_slots(src, src, [8], [1])
+    gb.copy_slots(dsrc, dsrc, [8], [1])
+    for a, b in zip(src + dst, dsrc + ddst):
+        assert np.array_equal(a, cupy.asnumpy(b))
+
+
 # --- whole models against numpy ------------------------------------------------------------------
 @gpu_test
 @pytest.mark.parametrize("name,kv_dtype,precision", CASES)

@@ -79,6 +79,27 @@ def test_qmv_matches_dequantized_product(gb, bits, group, sdtype, M, K):
     assert np.array_equal(gb.to_host(qw.dequantize()), dequantize(w))
 
 
+@pytest.mark.parametrize("xm", [0, 1, 2])
+def test_qmv_blocks_an_sm_change_no_bits(gb, xm):
+    """The 2- and 3-blocks-an-SM builds of one product (the launcher picks by waves) agree bit for bit,
+    in every input mode and for the packed rows and one n-tile."""
+    import kernels.launch as KL
+    rng = np.random.default_rng(11 + xm)
+    M, K = 300, 2560
+    qw = gb.prepare(rand_affine(rng, M, K, 4, 64, "float16"))
+    nw = cupy.asarray(rng.uniform(0.5, 1.5, K).astype(np.float32))
+    for n in (1, 4, 8):
+        x = cupy.asarray(rng.normal(0, 1, (n, K)).astype(np.float32))
+        x2 = cupy.asarray(rng.normal(0, 1, (n, K)).astype(np.float32))
+        ys = []
+        for minb in (2, 3):
+            y = cupy.zeros((n, M), cupy.float32)
+            KL.qmv(qw.codes, qw.sb, qw.st, 4, 64, M, K, x, K, y, n, xm=xm, x2=x2 if xm else None,
+                   ldx2=K if xm else 0, nw=nw if xm == 2 else None, eps=1e-5, min_blocks=minb)
+            ys.append(cupy.asnumpy(y))
+        assert np.array_equal(ys[0], ys[1]) and np.abs(ys[0]).sum() > 0
+
+
 def test_qmv_odd_input_width_and_lazy_silu(gb):
     rng = np.random.default_rng(3)
     w = rand_affine(rng, 40, 96, 4, 32, "float16")  # three subgroups: a padded pair in the 4-bit layout

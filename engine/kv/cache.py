@@ -83,6 +83,11 @@ def decode_kv(raw: np.ndarray, scale: np.ndarray | None, dtype: str) -> np.ndarr
     return raw.view(FP8).astype(np.float32) * scale[..., None]
 
 
+def _flat(groups: list[tuple]) -> list:
+    """Every array of the recurrent layers' groups, in layer order."""
+    return [a for group in groups for a in group]
+
+
 @dataclass
 class LaneState:
     """A stream's state on the host: K/V rows of its first `n` positions and its recurrent slots."""
@@ -219,25 +224,17 @@ class Cache:
         """The state after window row `row` becomes the lane's (the rows after it were rejected)."""
         if row == 0:
             return
-        src = self.window_slots(lane, row)
-        for group in self.state:
-            for a in group:
-                a[lane] = a[src]
+        flat = _flat(self.state)
+        self._b.copy_slots(flat, flat, [int(self.window_slots(lane, row))], [lane])
 
     def checkpoint(self, lanes: list[int]) -> None:
         """Copy these lanes' recurrent slots aside, on the device (before a batched step)."""
-        idx = self._b.asarray(np.asarray(lanes, np.int64))
-        for group, saved in zip(self.state, self._saved):
-            for a, s in zip(group, saved):
-                s[idx] = a[idx]
+        self._b.copy_slots(_flat(self.state), _flat(self._saved), lanes, lanes)
 
     def rollback(self, lanes: list[int]) -> None:
         """Put back the recurrent slots `checkpoint` copied (K/V need nothing: a step that runs
         again rewrites the same rows with the same bits before anything reads them)."""
-        idx = self._b.asarray(np.asarray(lanes, np.int64))
-        for group, saved in zip(self.state, self._saved):
-            for a, s in zip(group, saved):
-                a[idx] = s[idx]
+        self._b.copy_slots(_flat(self._saved), _flat(self.state), lanes, lanes)
 
     @property
     def state_bytes(self) -> int:

@@ -60,6 +60,17 @@ class Backend(Protocol):
 
     def synchronize(self) -> None: ...
 
+    def mark(self) -> Any:
+        """A point in the backend's queue of work (a device event on a GPU): `seconds(a, b)` between two
+        is the device's time from a to b, read without stalling the work queued after them."""
+
+    def seconds(self, a: Any, b: Any) -> float:
+        """Seconds between two marks (waits for b to be reached)."""
+
+    def copy_slots(self, src: list[Array], dst: list[Array], src_slots: list[int], dst_slots: list[int]) -> None:
+        """dst[i][dst_slots[j]] = src[i][src_slots[j]] for every array pair i and slot pair j (float32
+        arrays of slots along axis 0; src and dst may be the same arrays when the slots differ)."""
+
     def device_lost(self, error: BaseException) -> bool:
         """Whether `error` left the device unusable (a sticky fault: the engine must restart),
         as opposed to an error of one computation that the other streams survive."""

@@ -79,6 +79,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         self._pending_kv = None  # (cache, layer, k, v, tables, positions) of a deferred kv_write
         self.graphs = True  # decode steps replay captured graphs (False: every step eagerly)
         self._landing: DeviceLanding | None = None
+        self._slot_tables: dict[tuple, tuple] = {}  # copy_slots' device address tables
 
     def _use(self) -> None:
         """Make this backend's stream the current one (cheap when it already is)."""
@@ -126,6 +127,40 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         self._use()
         self._flush_kv()
         self.stream.synchronize()
+
+    def mark(self):
+        self._use()
+        self._flush_kv()  # a deferred write belongs before the mark
+        ev = cupy.cuda.Event()
+        ev.record(self.stream)
+        return ev
+
+    def seconds(self, a, b) -> float:
+        b.synchronize()
+        return cupy.cuda.get_elapsed_time(a, b) / 1e3
+
+    def copy_slots(self, src: list, dst: list, src_slots: list[int], dst_slots: list[int]) -> None:
+        """One launch for every array (kernels/elementwise.cu `copy_slots`): a hybrid model's checkpoint
+        of 8 lanes was ~180 CuPy copies a decode step. The arrays' address tables are uploaded once per
+        set of arrays (a function of the addresses and slot sizes alone, so an entry never goes stale)."""
+        self._use()
+        if not len(src_slots) or not src:
+            return
+        key = tuple((a.data.ptr, b.data.ptr, a[0].size) for a, b in zip(src, dst))
+        table = self._slot_tables.get(key)
+        if table is None:
+            for a, b in zip(src, dst):
+                if a.dtype != cupy.float32 or b.dtype != cupy.float32 or a[0].size != b[0].size \
+                        or not (a.flags.c_contiguous and b.flags.c_contiguous):
+                    raise BackendError("copy_slots takes contiguous float32 arrays of equal slots")
+            if len(self._slot_tables) > 32:
+                self._slot_tables.clear()
+            table = self._slot_tables[key] = (
+                cupy.asarray(np.array([a.data.ptr for a in src], np.uint64)),
+                cupy.asarray(np.array([b.data.ptr for b in dst], np.uint64)),
+                cupy.asarray(np.array([a[0].size for a in src], np.int64)), max(a[0].size for a in src))
+        pairs = cupy.asarray(np.array([src_slots, dst_slots], np.int32))
+        K.copy_slots(*table[:3], pairs[0], pairs[1], len(src_slots), len(src), table[3])
 
     def device_lost(self, error: BaseException) -> bool:
         """A sticky CUDA error (an illegal address, a failed launch, a trap...): the context is

@@ -5,6 +5,7 @@ prompt chunk is always one GEMM of the same padded shape, so no row depends on i
 """
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -45,6 +46,17 @@ class NumpyBackend:
 
     def to_host(self, a) -> np.ndarray:
         return np.asarray(a)
+
+    def mark(self) -> float:
+        return time.perf_counter()  # numpy runs as it is called: the host clock is its queue
+
+    def seconds(self, a: float, b: float) -> float:
+        return b - a
+
+    def copy_slots(self, src: list, dst: list, src_slots: list[int], dst_slots: list[int]) -> None:
+        si, di = np.asarray(src_slots, np.int64), np.asarray(dst_slots, np.int64)
+        for a, b in zip(src, dst):
+            b[di] = a[si]
 
     def landing(self) -> HostLanding:
         return HOST
