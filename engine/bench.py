@@ -246,19 +246,23 @@ class Bench:
         return [(rows, step.seconds, by) for rows, step, by in self.observed]
 
 
+def decode_seconds(seqs: list, t_end: float) -> float:
+    """Decode time of streams started together: from the last first token to the end (as llama.cpp's
+    tg and batched-bench S_TG count: no prompt)."""
+    return t_end - max(q.t_first for q in seqs)
+
+
 def decode_rate(seqs: list, t_end: float) -> float:
-    """Decode tok/s of streams started together: the tokens after each one's first over the time from
-    the last first token to the end (as llama.cpp's tg and batched-bench S_TG count: no prompt)."""
-    t0 = max(q.t_first for q in seqs)
-    return sum(q.generated - 1 for q in seqs) / (t_end - t0)
+    """Decode tok/s: the tokens after each stream's first over `decode_seconds`."""
+    return sum(q.generated - 1 for q in seqs) / decode_seconds(seqs, t_end)
 
 
 def decode_cell(bench: Bench, seqs: list, wall: float, name: str, rows: int, bw: float) -> Cell:
     """A decode cell from its finished streams: decode tok/s, the step statistics, and in the note the
     rate with the prompt's time counted in and the wall time of a step with the host's work."""
     cell = step_stats(Cell(name, tok_s=decode_rate(seqs, bench.t_end)), bench, rows, bw)
-    steps = sum(1 for r, _, _ in bench.steps if r == rows)
-    per_step = (bench.t_end - max(q.t_first for q in seqs)) / steps if steps else None
+    steps = sum(1 for r, _, _ in bench.observed if r == rows)  # a count: no device times read again
+    per_step = decode_seconds(seqs, bench.t_end) / steps if steps else None
     cell.note = (f"with the prompt {sum(q.generated for q in seqs) / wall:,.1f} tok/s"
                  + (f"; {1e3 * per_step:.2f} ms a step with the host's work" if per_step else ""))
     return cell

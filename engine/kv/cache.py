@@ -83,11 +83,6 @@ def decode_kv(raw: np.ndarray, scale: np.ndarray | None, dtype: str) -> np.ndarr
     return raw.view(FP8).astype(np.float32) * scale[..., None]
 
 
-def _flat(groups: list[tuple]) -> list:
-    """Every array of the recurrent layers' groups, in layer order."""
-    return [a for group in groups for a in group]
-
-
 @dataclass
 class LaneState:
     """A stream's state on the host: K/V rows of its first `n` positions and its recurrent slots."""
@@ -149,6 +144,9 @@ class Cache:
                 a[...] = 1  # the scale of an all-zero head
         self.state = [tuple(backend.zeros((slots_total, *s), np.float32) for s in group) for group in state_shapes]
         self._saved = [tuple(backend.zeros((lanes, *s), np.float32) for s in group) for group in state_shapes]
+        # every layer's arrays in one list each, for copies of slots across all of them at once
+        self._slot_arrays = [a for group in self.state for a in group]
+        self._saved_arrays = [a for group in self._saved for a in group]
         ring_layers, self.ring_len, ring_heads, ring_dim = ring or (0, 0, 0, 0)
         self.ring_k = [backend.zeros((lanes, self.ring_len, ring_heads, ring_dim), np.float16)
                        for _ in range(ring_layers)]
@@ -224,17 +222,17 @@ class Cache:
         """The state after window row `row` becomes the lane's (the rows after it were rejected)."""
         if row == 0:
             return
-        flat = _flat(self.state)
+        flat = self._slot_arrays
         self._b.copy_slots(flat, flat, [int(self.window_slots(lane, row))], [lane])
 
     def checkpoint(self, lanes: list[int]) -> None:
         """Copy these lanes' recurrent slots aside, on the device (before a batched step)."""
-        self._b.copy_slots(_flat(self.state), _flat(self._saved), lanes, lanes)
+        self._b.copy_slots(self._slot_arrays, self._saved_arrays, lanes, lanes)
 
     def rollback(self, lanes: list[int]) -> None:
         """Put back the recurrent slots `checkpoint` copied (K/V need nothing: a step that runs
         again rewrites the same rows with the same bits before anything reads them)."""
-        self._b.copy_slots(_flat(self._saved), _flat(self.state), lanes, lanes)
+        self._b.copy_slots(self._saved_arrays, self._slot_arrays, lanes, lanes)
 
     @property
     def state_bytes(self) -> int:

@@ -146,19 +146,20 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         self._use()
         if not len(src_slots) or not src:
             return
-        key = tuple((a.data.ptr, b.data.ptr, a[0].size) for a, b in zip(src, dst))
+        key = tuple((a.data.ptr, b.data.ptr, a.size // a.shape[0]) for a, b in zip(src, dst))  # no views
         table = self._slot_tables.get(key)
         if table is None:
             for a, b in zip(src, dst):
-                if a.dtype != cupy.float32 or b.dtype != cupy.float32 or a[0].size != b[0].size \
+                if a.dtype != cupy.float32 or b.dtype != cupy.float32 or a.size // a.shape[0] != b.size // b.shape[0] \
                         or not (a.flags.c_contiguous and b.flags.c_contiguous):
                     raise BackendError("copy_slots takes contiguous float32 arrays of equal slots")
             if len(self._slot_tables) > 32:
                 self._slot_tables.clear()
+            sizes = [n for _, _, n in key]
             table = self._slot_tables[key] = (
                 cupy.asarray(np.array([a.data.ptr for a in src], np.uint64)),
                 cupy.asarray(np.array([b.data.ptr for b in dst], np.uint64)),
-                cupy.asarray(np.array([a[0].size for a in src], np.int64)), max(a[0].size for a in src))
+                cupy.asarray(np.array(sizes, np.int64)), max(sizes))
         pairs = cupy.asarray(np.array([src_slots, dst_slots], np.int32))
         K.copy_slots(*table[:3], pairs[0], pairs[1], len(src_slots), len(src), table[3])
 
