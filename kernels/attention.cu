@@ -51,11 +51,12 @@ __global__ void __launch_bounds__(64) kv_write(const float* __restrict__ k, i64 
 }
 
 // Decode attention of n rows, each over its own lane's keys 0..positions[row].
-// grid = (KH, n, nch), block = 128: chunk-major, so a short context's live chunks dispatch before the
+// grid = (KH, n, nch), block = 256: chunk-major, so a short context's live chunks dispatch before the
 // empty ones (the grid is sized for the longest context a captured graph may see). A block takes one
 // CHUNK-key chunk of one row for the G query heads of one kv head: K and V of the chunk come into
-// shared memory by cp.async (all in flight at once), then scores, softmax and the weighted values
-// run from shared memory. With kn given, the block whose chunk holds the row's own position first
+// shared memory as bf16 tiles (by cp.async; fp8 decoded on the way, exactly), then the scores and
+// the weighted values run on tensor cores (warp tiles of 16 keys or dims by 8 heads), the softmax
+// one warp a head. With kn given, the block whose chunk holds the row's own position first
 // writes that position's K/V (norm + RoPE + encoding, as kv_write) to the cache and into its tile,
 // so no separate write kernel runs.
 // Partials (max, sum, unnormalised out) merge in a fixed tree by absolute position: chunks in
@@ -64,32 +65,36 @@ __global__ void __launch_bounds__(64) kv_write(const float* __restrict__ k, i64 
 // part: [n, H, nch, D + 2]; gpart: [n, H, ngroups, D + 2]; counters [n * KH * (ngroups + 1)], zero.
 
 
-// 8 stored K/V elements at p (bf16: 4 words, fp8: 2 words; 16- or 8-byte aligned) as floats, exactly.
-template <int KV8>
-DEV void kv_piece(const u32* p, float* f) {
-  if (KV8) {
-    const uint2 w = *(const uint2*)p;
-    const u32 ws[2] = {w.x, w.y};
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      u32 lo, hi;
-      asm("{ .reg .b16 a, b; mov.b32 {a, b}, %2; cvt.rn.f16x2.e4m3x2 %0, a; cvt.rn.f16x2.e4m3x2 %1, b; }"
-          : "=r"(lo), "=r"(hi) : "r"(ws[i]));
-      f[4 * i] = f16_to_f32(lo); f[4 * i + 1] = f16_to_f32(lo >> 16);
-      f[4 * i + 2] = f16_to_f32(hi); f[4 * i + 3] = f16_to_f32(hi >> 16);
-    }
-  } else {
-    const uint4 w = *(const uint4*)p;
-    const u32 ws[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) { f[2 * i] = bf16_to_f32(ws[i]); f[2 * i + 1] = bf16_to_f32(ws[i] >> 16); }
-  }
+// Two floats as three bf16x2 parts (h + m + l holds 24 bits of mantissa: their products with bf16
+// operands, summed in fp32, are fp32's).
+DEV void split3(float2 v, u32& h, u32& m, u32& l) {
+  h = pack_bf16x2(v.x, v.y);
+  const float rx = __fsub_rn(v.x, bf16_to_f32(h)), ry = __fsub_rn(v.y, bf16_to_f32(h >> 16));
+  m = pack_bf16x2(rx, ry);
+  l = pack_bf16x2(__fsub_rn(rx, bf16_to_f32(m)), __fsub_rn(ry, bf16_to_f32(m >> 16)));
 }
 
-// One head vector b[0..D) encoded into a cache row: raw bits to dst (global) and tile (shared),
-// the fp8 scale (amax / 448, 1 for a zero row) to *sdst and *stile. One warp.
+// 8 fp8 K/V elements at p (2 words, 8-byte aligned) as bf16 (4 words): e4m3 values are exact in bf16.
+DEV uint4 fp8_piece(const u32* p) {
+  const uint2 w = *(const uint2*)p;
+  const u32 ws[2] = {w.x, w.y};
+  u32 out[4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    u32 lo, hi;
+    asm("{ .reg .b16 a, b; mov.b32 {a, b}, %2; cvt.rn.f16x2.e4m3x2 %0, a; cvt.rn.f16x2.e4m3x2 %1, b; }"
+        : "=r"(lo), "=r"(hi) : "r"(ws[i]));
+    out[2 * i] = pack_bf16x2(f16_to_f32(lo), f16_to_f32(lo >> 16));
+    out[2 * i + 1] = pack_bf16x2(f16_to_f32(hi), f16_to_f32(hi >> 16));
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// One head vector b[0..D) encoded into a cache row: raw bits to dst (global), the value they
+// decode to as bf16 to tile (shared; fp8 values are exact in bf16), the fp8 scale (amax / 448, 1 for
+// a zero row) to *sdst and *stile. One warp.
 template <int KV8>
-DEV void encode_head(const float* b, int D, void* dst, void* tile, float* sdst, float* stile, int lane) {
+DEV void encode_head(const float* b, int D, void* dst, u16* tile, float* sdst, float* stile, int lane) {
   if (KV8) {
     float amax = 0.0f;
     for (int d = lane; d < D; d += 32) amax = fmaxf(amax, fabsf(b[d]));
@@ -98,14 +103,14 @@ DEV void encode_head(const float* b, int D, void* dst, void* tile, float* sdst, 
     for (int d = lane; d < D; d += 32) {
       const u8 c = f32_to_fp8(__fdiv_rn(b[d], scale));
       ((u8*)dst)[d] = c;
-      ((u8*)tile)[d] = c;
+      tile[d] = f32_to_bf16(fp8_to_f32(c));
     }
     if (lane == 0) { *sdst = scale; *stile = scale; }
   } else {
     for (int d = lane; d < D; d += 32) {
       const u16 c = f32_to_bf16(b[d]);
       ((u16*)dst)[d] = c;
-      ((u16*)tile)[d] = c;
+      tile[d] = c;
     }
   }
 }
@@ -163,17 +168,17 @@ __global__ void __launch_bounds__(256, 3) attn_decode(const float* __restrict__ 
   __shared__ i64 slot_s[CHUNK];
   __shared__ int flag_s;
   const int kh = blockIdx.x, row = blockIdx.y, c = blockIdx.z;  // chunk-major: live chunks dispatch first
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int H = KH * G;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
+  const int H = KH * G, NT = (G + 7) / 8;  // n-tiles of 8 heads
   const int pos = positions[row];
   const int L = pos + 1, nvalid = (L + CHUNK - 1) / CHUNK;
   if (c >= nvalid) return;
-  const int RW = KV8 ? D / 4 : D / 2, PW = RW + 8, QW = RW / 4;  // words per key row, pitch, 16-byte pieces
-  u32* kt = (u32*)sm;                      // [CHUNK][PW]
+  const int PW = D / 2 + 4, QP = D + 8, SP = CHUNK + 8;  // pitches: bf16 words of a key, floats of q and p
+  u32* kt = (u32*)sm;                      // [CHUNK][PW] bf16 (fp8 decoded: exact)
   u32* vt = kt + CHUNK * PW;               // [CHUNK][PW]
-  float* q_s = (float*)(vt + CHUNK * PW);  // [G][D]
-  float* s_s = q_s + G * D;                // [G][CHUNK]
-  float* ksc_s = s_s + G * CHUNK;          // [CHUNK]
+  float* q_s = (float*)(vt + CHUNK * PW);  // [G][QP]
+  float* s_s = q_s + G * QP;               // [G][SP]: scores, then probabilities
+  float* ksc_s = s_s + G * SP;             // [CHUNK]
   float* vsc_s = ksc_s + CHUNK;            // [CHUNK]
   float* nb = vsc_s + CHUNK;               // [2][D]: the row's new K and V heads
   const int* tab = tables + (i64)row * tw;
@@ -182,18 +187,29 @@ __global__ void __launch_bounds__(256, 3) attn_decode(const float* __restrict__ 
 
   if (tid < nk) slot_s[tid] = slot_of(tab, k0 + tid, pt);
   __syncthreads();
-  for (int e = tid; e < nk * QW; e += 256) {
-    const int j = e / QW, w4 = e % QW;
-    const i64 off = (slot_s[j] * KH + kh) * RW + 4 * w4;
-    cp_async16(smem_addr(kt + j * PW + 4 * w4), (const u32*)kc + off);
-    cp_async16(smem_addr(vt + j * PW + 4 * w4), (const u32*)vc + off);
+  for (int e = tid; e < CHUNK * (D / 8); e += 256) {  // keys past nk: zeros (their scores are masked)
+    const int j = e / (D / 8), w4 = e % (D / 8);
+    u32* kd = kt + j * PW + 4 * w4;
+    u32* vd = vt + j * PW + 4 * w4;
+    if (j >= nk) {
+      *(uint4*)kd = make_uint4(0, 0, 0, 0);
+      *(uint4*)vd = make_uint4(0, 0, 0, 0);
+    } else if (KV8) {
+      const i64 off = (slot_s[j] * KH + kh) * (D / 4) + 2 * w4;
+      *(uint4*)kd = fp8_piece((const u32*)kc + off);
+      *(uint4*)vd = fp8_piece((const u32*)vc + off);
+    } else {
+      const i64 off = (slot_s[j] * KH + kh) * (D / 2) + 4 * w4;
+      cp_async16(smem_addr(kd), (const u32*)kc + off);
+      cp_async16(smem_addr(vd), (const u32*)vc + off);
+    }
   }
   if (KV8 && tid < nk) {
     ksc_s[tid] = ksc[slot_s[tid] * KH + kh];
     vsc_s[tid] = vsc[slot_s[tid] * KH + kh];
   }
   for (int g = warp; g < G; g += 8)
-    load_head(q_s + g * D, q, (i64)row * qs0 + (i64)(kh * G + g) * qs1, D, qnw, qeps, positions, row, inv, half, lane);
+    load_head(q_s + g * QP, q, (i64)row * qs0 + (i64)(kh * G + g) * qs1, D, qnw, qeps, positions, row, inv, half, lane);
   if (writer && warp == 0)
     load_head(nb, kn, (i64)row * ks0 + (i64)kh * ks1, D, knw, keps, positions, row, inv, half, lane);
   if (writer && warp == 1)
@@ -204,98 +220,89 @@ __global__ void __launch_bounds__(256, 3) attn_decode(const float* __restrict__ 
     const int j = pos - k0;
     const i64 base = (slot_s[j] * KH + kh) * D;
     if (warp == 0)
-      encode_head<KV8>(nb, D, KV8 ? (void*)((u8*)kc + base) : (void*)((u16*)kc + base), kt + j * PW,
+      encode_head<KV8>(nb, D, KV8 ? (void*)((u8*)kc + base) : (void*)((u16*)kc + base), (u16*)(kt + j * PW),
                        ksc + slot_s[j] * KH + kh, ksc_s + j, lane);
     else
-      encode_head<KV8>(nb + D, D, KV8 ? (void*)((u8*)vc + base) : (void*)((u16*)vc + base), vt + j * PW,
+      encode_head<KV8>(nb + D, D, KV8 ? (void*)((u8*)vc + base) : (void*)((u16*)vc + base), (u16*)(vt + j * PW),
                        vsc + slot_s[j] * KH + kh, vsc_s + j, lane);
   }
   __syncthreads();
 
-  // --- scores: four threads per key, alternating 8-dim pieces ---
-  {
-    const int j = tid >> 2, h = tid & 3;
-    float acc[16];
+  // --- scores on tensor cores: warp (16 keys, 8 heads), q in three bf16 parts (24 bits: fp32's
+  // products), the parts' sums added in one order ---
+  if (warp < 4 * NT) {
+    const int mt = warp & 3, nt = warp >> 2, hh = 8 * nt + g8;
+    float a[3][4] = {};
+    const u32* k0p = kt + (16 * mt + g8) * PW + t4;
+    const u32* k1p = k0p + 8 * PW;
+    const float* qp = q_s + min(hh, G - 1) * QP + 2 * t4;
+    for (int ks = 0; ks < D / 16; ++ks) {
+      u32 b[3][2];
+      split3(hh < G ? *(const float2*)(qp + 16 * ks) : make_float2(0.0f, 0.0f), b[0][0], b[1][0], b[2][0]);
+      split3(hh < G ? *(const float2*)(qp + 16 * ks + 8) : make_float2(0.0f, 0.0f), b[0][1], b[1][1], b[2][1]);
+      const u32 a0 = k0p[8 * ks], a1 = k1p[8 * ks], a2 = k0p[8 * ks + 4], a3 = k1p[8 * ks + 4];
 #pragma unroll
-    for (int g = 0; g < 16; ++g) acc[g] = 0.0f;
-    if (j < nk) {
-      for (int i = h; i < D / 8; i += 4) {
-        float kv[8];
-        kv_piece<KV8>(kt + j * PW + (KV8 ? 2 : 4) * i, kv);
-#pragma unroll
-        for (int g = 0; g < 16; ++g) {
-          if (g < G) {
-            const float4 qa = *(const float4*)(q_s + g * D + 8 * i), qb = *(const float4*)(q_s + g * D + 8 * i + 4);
-            float a = acc[g];
-            a = fmaf(qa.x, kv[0], a); a = fmaf(qa.y, kv[1], a); a = fmaf(qa.z, kv[2], a); a = fmaf(qa.w, kv[3], a);
-            a = fmaf(qb.x, kv[4], a); a = fmaf(qb.y, kv[5], a); a = fmaf(qb.z, kv[6], a); a = fmaf(qb.w, kv[7], a);
-            acc[g] = a;
-          }
-        }
-      }
+      for (int s = 0; s < 3; ++s) mma_bf16(a[s], a0, a1, a2, a3, b[s][0], b[s][1]);
     }
 #pragma unroll
-    for (int g = 0; g < 16; ++g) {
-      if (g < G) {
-        float a = __fadd_rn(acc[g], __shfl_xor_sync(FULL_MASK, acc[g], 1));  // commutative: one value in
-        a = __fadd_rn(a, __shfl_xor_sync(FULL_MASK, a, 2));                     // all four threads
-        if (h == 0 && j < CHUNK)
-          s_s[g * CHUNK + j] = j < nk ? (KV8 ? a * ksc_s[j] : a) * scale : -__int_as_float(0x7f800000);
-      }
+    for (int e = 0; e < 4; ++e) {
+      const int j = 16 * mt + g8 + 8 * (e >> 1), h = 8 * nt + 2 * t4 + (e & 1);
+      const float v = __fadd_rn(__fadd_rn(a[0][e], a[1][e]), a[2][e]);
+      if (h < G) s_s[h * SP + j] = j < nk ? (KV8 ? v * ksc_s[j] : v) * scale : -__int_as_float(0x7f800000);
     }
   }
   __syncthreads();
   // --- softmax statistics of the chunk, one warp per head ---
   for (int g = warp; g < G; g += 8) {
     float m = -__int_as_float(0x7f800000);
-    for (int j = lane; j < nk; j += 32) m = fmaxf(m, s_s[g * CHUNK + j]);
+    for (int j = lane; j < nk; j += 32) m = fmaxf(m, s_s[g * SP + j]);
     m = warp_max(m);
     float l = 0.0f;
     for (int j = lane; j < CHUNK; j += 32) {
-      const float p = j < nk ? expf(s_s[g * CHUNK + j] - m) : 0.0f;
-      s_s[g * CHUNK + j] = p;
+      const float p = j < nk ? expf(s_s[g * SP + j] - m) : 0.0f;
+      s_s[g * SP + j] = p;
       l += p;
     }
     l = warp_sum(l);
     if (lane == 0) { m_s[g] = m; l_s[g] = l; }
   }
   __syncthreads();
-  // --- weighted values: S adjacent threads per (head, 8-dim piece), keys interleaved among them ---
-  const int PD = D + 2, NP = D / 8, items = G * NP;
-  const int S = items >= 256 ? 1 : (items >= 128 ? 2 : (items >= 64 ? 4 : 8));  // a schedule of G and D only
-  const int sub = tid % S;
-  for (int it0 = 0; it0 < items * S; it0 += 256) {  // whole warps every pass: the shuffles need all lanes
-    const int it = (it0 + tid) / S, g = it / NP, i = it % NP;
-    const bool here = it < items;
-    float o[8];
+  // --- weighted values on tensor cores: warp task (16 dims, 8 heads) over the chunk's keys, V^T by
+  // ldmatrix.trans, p (times the fp8 scales) in three bf16 parts ---
+  const int PD = D + 2, MT = D / 16;
+  for (int task = warp; task < MT * NT; task += 8) {
+    const int mt = task % MT, nt = task / MT, hh = 8 * nt + g8;
+    float a[3][4] = {};
+    const float* pp = s_s + min(hh, G - 1) * SP + 2 * t4;
+    const u32* vrow = vt + (((lane >> 4) << 3) + (lane & 7)) * PW + 8 * mt + ((lane >> 3) & 1) * 4;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) o[e] = 0.0f;
-    for (int j = sub; here && j < nk; j += S) {
-      const float p = s_s[g * CHUNK + j];
-      float v[8];
-      kv_piece<KV8>(vt + j * PW + (KV8 ? 2 : 4) * i, v);
-      if (KV8) {
-        const float vs = vsc_s[j];
+    for (int ks = 0; ks < CHUNK / 16; ++ks) {
+      u32 av[4], b[3][2];
+      ldsm4t(av, vrow + 16 * ks * PW);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = __fmul_rn(v[e], vs);
+      for (int hf = 0; hf < 2; ++hf) {
+        const int j = 16 * ks + 8 * hf + 2 * t4;
+        float2 p = hh < G ? *(const float2*)(pp + 16 * ks + 8 * hf) : make_float2(0.0f, 0.0f);
+        if (KV8) p = make_float2(p.x * vsc_s[j], p.y * vsc_s[j + 1]);
+        split3(p, b[0][hf], b[1][hf], b[2][hf]);
       }
 #pragma unroll
-      for (int e = 0; e < 8; ++e) o[e] = fmaf(p, v[e], o[e]);
+      for (int s = 0; s < 3; ++s) mma_bf16(a[s], av[0], av[1], av[2], av[3], b[s][0], b[s][1]);
     }
-    for (int x = 1; x < S; x <<= 1)  // butterfly: every one of the S threads ends with the same sum
 #pragma unroll
-      for (int e = 0; e < 8; ++e) o[e] = __fadd_rn(o[e], __shfl_xor_sync(FULL_MASK, o[e], x));
-    if (!here || sub != 0) continue;
-    const i64 hrow = (i64)row * H + kh * G + g;
-    if (nvalid == 1) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) out[hrow * D + 8 * i + e] = o[e] / l_s[g];
-    } else {
-      float* pr = part + (hrow * nch + c) * PD;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) pr[8 * i + e] = o[e];
-      if (i == 0) { pr[D] = m_s[g]; pr[D + 1] = l_s[g]; }
+    for (int e = 0; e < 4; ++e) {
+      const int d = 16 * mt + g8 + 8 * (e >> 1), h = 8 * nt + 2 * t4 + (e & 1);
+      if (h >= G) continue;
+      const float o = __fadd_rn(__fadd_rn(a[0][e], a[1][e]), a[2][e]);
+      const i64 hrow = (i64)row * H + kh * G + h;
+      if (nvalid == 1) out[hrow * D + d] = o / l_s[h];
+      else part[(hrow * nch + c) * PD + d] = o;
     }
+  }
+  if (nvalid > 1 && tid < G) {
+    float* pr = part + (((i64)row * H + kh * G + tid) * nch + c) * PD;
+    pr[D] = m_s[tid];
+    pr[D + 1] = l_s[tid];
   }
   if (nvalid == 1) return;
   // --- merge: chunks of a group in order, then groups in order ---

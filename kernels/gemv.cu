@@ -52,6 +52,21 @@ DEV void ld8(float* v, const float* __restrict__ p) {
   v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
 }
 
+// p[0] + p[stride] + ... + p[(n - 1) stride], added in that order from 0 (L2 loads: the partials of
+// other blocks); eight loads are issued before their adds, so the chain waits once per eight.
+DEV float sum_in_order(const float* __restrict__ p, i64 stride, int n) {
+  float v = 0.0f;
+  for (int q0 = 0; q0 < n; q0 += 8) {
+    float t[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) t[i] = q0 + i < n ? __ldcg(p + (q0 + i) * stride) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (q0 + i < n) v = __fadd_rn(v, t[i]);
+  }
+  return v;
+}
+
 // Per (bits, n-tiles, group): x rows per block, inputs per batch (a schedule, not arithmetic) and
 // the staged row pitch in bf16. NT 0 packs up to 4 rows: row r's hi and lo halves are the MMA's
 // columns 2r and 2r+1, so one MMA gives both products (the same bits as two MMAs into separate
@@ -343,15 +358,13 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
   __syncthreads();
   if (!last_s) return;
   __threadfence();
-  // the last block of these 128 rows: segments added in order
+  // the last block of these 128 rows: segments added in order, their loads in flight 8 at a time
   for (int e = tid; e < 128 * nr; e += 256) {
     const int n = e >> 7, m = mb * 128 + (e & 127);
     if (m >= M) continue;
-    float v = 0.0f;
-    for (int q = 0; q < P; ++q) v = __fadd_rn(v, __ldcg(part + (((i64)z * P + q) * R + n) * Mp + m));
+    float v = sum_in_order(part + ((i64)z * P * R + n) * Mp + m, (i64)R * Mp, P);
     if (XM == 2) {
-      float ss = 0.0f;
-      for (int q = 0; q < P; ++q) ss = __fadd_rn(ss, __ldcg(sspart + (((i64)z * MB + mb) * P + q) * R + n));
+      const float ss = sum_in_order(sspart + ((i64)z * MB + mb) * P * R + n, R, P);
       v = __fdiv_rn(v, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)K), eps)));
     }
     y[(i64)(EX ? srow_s[n] : r0 + n) * ldy + m] = v;

@@ -54,13 +54,16 @@ QMV_EXPERT_TILES = (0, 2)  # expert products: up to 4 rows an expert packed, or 
 _counters = {}
 
 
+QMV_BLOCKS = 280  # blocks a product's segments aim for: ~2 an SM of an H200 (a constant, not the device's)
+
+
 def qmv_split(M: int, K: int) -> tuple[int, int]:
-    """(KS inputs per segment, P segments) of an [M, K] weight: enough warp tasks (one 16-row tile
-    over one segment each) to fill the GPU, from the shape alone, so a row's bits never depend on the
-    row count or the device."""
-    tiles = -(-M // 16)
+    """(KS inputs per segment, P segments) of an [M, K] weight: the most segments that keep its blocks
+    (128 rows x one segment) within QMV_BLOCKS, from the shape alone, so a row's bits never depend on
+    the row count or the device. A second wave or a reduction costs more than a block's length: the
+    8B's gate_up (224 row blocks) runs 20.6 µs as one segment, 23.7 as two (H200)."""
     nbat = -(-K // QMV_BATCH)
-    P = max(1, min(nbat, -(-2048 // tiles)))
+    P = max(1, min(nbat, QMV_BLOCKS // -(-M // 128)))
     KS = -(-nbat // P) * QMV_BATCH
     return KS, -(-K // KS)
 
@@ -239,15 +242,16 @@ def decode_chunks(table_width: int, page_tokens: int) -> int:
 
 
 def decode_smem(kv8: bool, G: int, D: int) -> int:
-    """Dynamic shared bytes of attn_decode: K and V tiles of a chunk, q, scores, scales, new heads."""
-    pitch = (D // 4 if kv8 else D // 2) + 8
-    return (2 * CHUNK * pitch + G * D + G * CHUNK + 2 * CHUNK + 2 * D) * 4
+    """Dynamic shared bytes of attn_decode: bf16 K and V tiles of a chunk (fp8 decoded into them), q,
+    scores, scales, new heads; pitches padded for conflict-free fragment loads."""
+    return (2 * CHUNK * (D // 2 + 4) + G * (D + 8) + G * (CHUNK + 8) + 2 * CHUNK + 2 * D) * 4
 
 
 def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: int, kn, ks0: int, ks1: int, knw,
                 keps: float, vn, vs0: int, vs1: int, positions, tables, pt: int, kc, vc, ksc, vsc, KH: int, G: int,
                 D: int, scale: float, out, rows: int):
-    """Decode attention of `rows` rows; with kn/vn, the rows' new K/V are written to the cache first."""
+    """Decode attention of `rows` rows; with kn/vn, the rows' new K/V are written to the cache first.
+    D a multiple of 16 (whole MMA steps) up to 256, G up to 16 (the backend checks both)."""
     import cupy
     nch = decode_chunks(tables.shape[1], pt)
     gmax = -(-nch // GROUP)

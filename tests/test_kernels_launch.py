@@ -5,7 +5,7 @@ import kernels.launch as K
 def test_three_blocks_an_sm_only_where_they_save_a_wave():
     # H200 (132 SMs): the 27B's gate_up (272 blocks) and down (40 x 7) fit one wave only at 3 an SM
     assert K.qmv_min_blocks(272, 132) == 3 and K.qmv_min_blocks(280, 132) == 3
-    # llama3-8b's gate_up (448: two waves either way), down (224), qkv (192): 2 an SM
+    # 448 blocks (two waves either way), llama3-8b's down (224) and qkv (192): 2 an SM
     assert K.qmv_min_blocks(448, 132) == 2 and K.qmv_min_blocks(224, 132) == 2 and K.qmv_min_blocks(192, 132) == 2
     assert K.qmv_min_blocks(1, 48) == 2 and K.qmv_min_blocks(97, 48) == 3  # a GB10's 48 SMs
 
@@ -13,5 +13,9 @@ def test_three_blocks_an_sm_only_where_they_save_a_wave():
 def test_segments_depend_on_the_shape_alone():
     assert K.qmv_split(34816, 5120) == (5120, 1)
     assert K.qmv_split(5120, 17408) == (2560, 7)
-    KS, P = K.qmv_split(28672, 4096)
-    assert KS % K.QMV_BATCH == 0 and KS * P >= 4096 > KS * (P - 1)
+    assert K.qmv_split(28672, 4096) == (4096, 1)  # 224 row blocks: one segment, one wave
+    assert K.qmv_split(4096, 14336) == (2048, 7) and K.qmv_split(4096, 4096) == (512, 8)
+    for M, Kd in ((6144, 4096), (12352, 2048), (257, 2048), (9216, 2048)):
+        KS, P = K.qmv_split(M, Kd)
+        assert KS % K.QMV_BATCH == 0 and KS * P >= Kd > KS * (P - 1)
+        assert -(-M // 128) * P <= K.QMV_BLOCKS or P == 1
