@@ -44,7 +44,7 @@ class EngineInfo:
     # The chat template's own enable_thinking: True or False, None for a model without the toggle.
     thinking: bool | None = None
     unified: bool = False  # the model's memory is the desktop's (a GB10, or the CPU backend's host RAM)
-    timings: tuple[tuple[str, float], ...] = ()  # seconds per start stage (Runner.timings + kv), in order
+    timings: tuple[tuple[str, float], ...] = ()  # seconds per start stage (Runner.timings + kv, graphs), in order
     fingerprint: str = ""  # what this engine's KV snapshot files carry (engine.fingerprint)
 
 
@@ -77,7 +77,7 @@ class Runner:
         self.timings: dict[str, float] = {}
         t = time.perf_counter()
         backend = get_backend(settings.backend, log=log)
-        t = self._timed("backend", t)
+        t = self.timed("backend", t)
         say("reading the model", 0.02)
         if settings.model and settings.model.startswith("synthetic:"):
             from .synthetic import synthetic
@@ -85,14 +85,14 @@ class Runner:
         else:
             from .loader import load_model
             loaded = load_model(settings.model, lambda what, f: say(what, 0.02 + 0.58 * f))
-        t = self._timed("weights", t)
+        t = self.timed("weights", t)
         where = f"preparing weights on {backend.device}"
         say(where, 0.6)
         self._prepare(loaded, backend, lambda f: say(where, 0.6 + 0.38 * f))
-        self._timed("prepare", t)
+        self.timed("prepare", t)
         say("weights ready", 0.98)
 
-    def _timed(self, stage: str, since: float) -> float:
+    def timed(self, stage: str, since: float) -> float:
         now = time.perf_counter()
         self.timings[stage] = now - since
         return now
@@ -352,7 +352,11 @@ class Engine:
             t = time.perf_counter()
             sched = self.runner.scheduler(self.settings)
             self.runner.backend.synchronize()
-            self.runner.timings["kv"] = time.perf_counter() - t
+            t = self.runner.timed("kv", t)
+            if progress:
+                progress("preparing decode steps", 0.99)
+            self._warm(sched)
+            self.runner.timed("graphs", t)
         except LanechatError as e:
             self._error = e
         except Exception as e:  # a loader bug must still reach the user as one line
@@ -374,6 +378,18 @@ class Engine:
         self._ready.set()
         self._loop(sched)
 
+    def _warm(self, sched: Scheduler) -> None:
+        """The decode graphs of every batch size, captured now; they are an optimisation, so a
+        failure other than a lost device leaves them to be captured at first use, as before."""
+        try:
+            sched.warm_decode()
+            self.runner.backend.synchronize()
+        except DeviceLostError:
+            raise
+        except Exception as e:
+            self.log(f"engine: decode graphs not captured at start ({type(e).__name__}: {e}); "
+                     "each is captured at its first step")
+
     def _thinking_default(self) -> bool | None:
         try:
             return self.runner.thinking_default()
@@ -393,6 +409,7 @@ class Engine:
         try:
             self.runner = Runner(self.settings, None, self.log)
             fresh = self.runner.scheduler(self.settings)
+            self._warm(fresh)
         except Exception as e:  # a lost CUDA context usually stays lost for this process
             self._error = LanechatError(f"the engine could not restart after a device fault ({e}); "
                                         "restart Lanechat")

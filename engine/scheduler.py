@@ -107,6 +107,14 @@ class Scheduler:
         # tokens are chosen; what it raises, the forward raised (the fault-injection hook).
         self.after_forward: Callable[[Rows], None] | None = None
 
+    def warm_decode(self) -> int:
+        """Every decode step shape of up to the plan's streams prepared now (graphs captured on the
+        GPU), so that no stream's step waits for a capture when another tab joins; the engine calls
+        it at start. Returns the graphs captured."""
+        v = self.verifier
+        shapes = [(1, False, ())] if v is None else [(w, v.wants_hidden, v.taps) for w in (1, v.k + 1)]
+        return self.b.warm_decode(self.model, self.cache, self.lanes.window_pages, self.plan.parallel, shapes)
+
     # --- requests ------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
         """Queue a stream; SnapshotError when the snapshot it resumes from does not fit this cache."""

@@ -195,6 +195,29 @@ def test_graph_decode_equals_eager_and_solo_equals_batched(gb):
 
 
 @gpu_test
+def test_decode_graphs_are_captured_at_start_and_replayed(gb):
+    """warm_decode captures every padded batch size up to the streams (1, 2 and 4 rows for 4), so no
+    step captures later, and the tokens are those of graphs captured on the way."""
+    from engine.engine import run_to_end
+    from engine.scheduler import Sequence
+    model = synthetic("smollm2-135m", seed=6)
+    prompts = [[1] + list(np.random.default_rng(10 + i).integers(16, 272, 15 + 20 * i)) for i in range(3)]
+
+    def run(warm: bool):
+        sched = scheduler(model, gb, parallel=4, paging="all", page_tokens=16)
+        captured = sched.warm_decode() if warm else 0
+        before = gb.graph_stats().captured
+        seqs = [Sequence(i, list(p), len(p), SamplingParams(temperature=0, max_tokens=12, ignore_eos=True),
+                         lambda e: None, TextStream(sched.tok.stream(), [])) for i, p in enumerate(prompts)]
+        run_to_end(sched, seqs)
+        return captured, gb.graph_stats().captured - before, [s.tokens for s in seqs]
+
+    captured, later, tokens = run(True)
+    assert captured == 3 and later == 0
+    assert run(False)[2] == tokens
+
+
+@gpu_test
 def test_plan_that_does_not_fit_is_refused_before_allocation(gb):
     free = gb.free_memory()
     with pytest.raises(PlanError, match="memory-gib"):

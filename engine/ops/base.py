@@ -137,6 +137,12 @@ class Backend(Protocol):
     def choose(self, logits: Array, params: list[SamplingParams], positions: list[int]) -> list[int]:
         """A token per row: greedy by argmax (lowest index on ties), sampled keyed by (seed, position)."""
 
+    def warm_decode(self, model: Any, cache: Cache, width: int, streams: int,
+                    shapes: list[tuple[int, bool, tuple]]) -> int:
+        """Prepare every decode step shape up to `streams` streams now (start-up), not at a stream's
+        first step: (window, hidden, taps) per shape, page tables `width` wide. Returns how many
+        graphs it captured (0 without graphs)."""
+
     def graph_stats(self) -> GraphStats: ...
 
     def graph_bytes(self, cfg: ModelConfig, settings: EngineSettings) -> int:

@@ -444,6 +444,12 @@ class CupyBackend(Qwen35Ops, DrafterOps):
             return model.forward(rows, cache)
         return self._graphs.step(model, rows, cache)
 
+    def warm_decode(self, model: Any, cache: Cache, width: int, streams: int,
+                    shapes: list[tuple[int, bool, tuple]]) -> int:
+        if not self.graphs:
+            return 0
+        return self._graphs.warm(model, cache, width, streams, shapes)
+
     def graph_stats(self) -> GraphStats:
         return self._graphs.stats()
 

@@ -3,10 +3,11 @@ verify window, hidden states wanted and which).
 
 A decode batch is padded to the next power of two of streams (each `Rows.window` rows: k + 1 in a
 verify window, so a drafter's k gives one more shape per batch size) with rows that write to the
-cache's scratch page and scratch state slot; tokens, positions, lanes and page tables are copied into device buffers of
-that batch size, and the graph captured for it replays (the first step of a size runs eagerly, then
-captures). A graph holds the addresses of one cache's arrays, so graphs are kept per cache object
-and die with it. Their intermediates come from one memory pool of their own.
+cache's scratch page and scratch state slot; tokens, positions, lanes and page tables are copied into
+device buffers of that batch size, and the graph captured for it replays. The engine captures every
+size up to its streams at start (`warm`); a size first met in a step runs eagerly, then captures.
+A graph holds the addresses of one cache's arrays, so graphs are kept per cache object and die with
+it. Their intermediates come from one memory pool of their own.
 
 Ownership of `GraphEntry.out`: the entry owns it (it is the captured graph's logits buffer);
 `step` returns a view of it, which the next replay of the same graph overwrites. The scheduler
@@ -75,7 +76,41 @@ class DecodeGraphs:
             entry = per_cache[key] = GraphEntry(B, W)
         if entry.failed:
             return model.forward(rows, cache)
-        h = entry.host
+        self._fill(entry, rows, cache)
+        if entry.graph is not None:
+            entry.graph.launch(self.stream)
+            return _rows(entry.out, n)
+        drows = self._device_rows(entry, rows)
+        out = model.forward(drows, cache)  # eager: this step's answer (and every kernel loaded)
+        self._capture(model, drows, cache, entry)
+        return _rows(out, n)
+
+    def warm(self, model, cache: Cache, width: int, streams: int, shapes: list[tuple[int, bool, tuple]]) -> int:
+        """Capture now the graph of every padded batch size up to `streams` for each decode shape
+        (window, hidden, taps) the scheduler uses, so that no stream waits for a capture when another
+        tab joins: one eager pass of scratch rows (every kernel loaded), then the capture. Returns the
+        graphs captured; a size that fails to capture runs eagerly, as in `step`."""
+        per_cache = self._per_cache.setdefault(cache, {})
+        done = 0
+        for window, hidden, taps in shapes:
+            B = window
+            while B <= min(MAX_GRAPH_ROWS, (1 << max(0, (streams - 1).bit_length())) * window):
+                key = (id(model), B, width, window, hidden, taps)
+                if key not in per_cache:
+                    entry = per_cache[key] = GraphEntry(B, width)
+                    like = Rows(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros((0, width), np.int32),
+                                np.zeros(0, np.int32), False, window=window, hidden=hidden, taps=taps)
+                    self._fill(entry, like, cache)
+                    drows = self._device_rows(entry, like)
+                    model.forward(drows, cache)
+                    self._capture(model, drows, cache, entry)
+                    done += entry.graph is not None
+                B *= 2
+        return done
+
+    def _fill(self, entry: GraphEntry, rows: Rows, cache: Cache) -> None:
+        """The graph's input buffers: `rows`, then padding rows on the scratch page and state slot."""
+        B, W, n, h = entry.B, entry.W, len(rows), entry.host
         h[:] = 0
         h[:n] = rows.tokens
         h[B:B + n] = rows.positions
@@ -85,13 +120,6 @@ class DecodeGraphs:
         tab[:n] = rows.tables
         tab[n:] = cache.scratch_page
         entry.dev.set(h, stream=self.stream)
-        if entry.graph is not None:
-            entry.graph.launch(self.stream)
-            return _rows(entry.out, n)
-        drows = self._device_rows(entry, rows)
-        out = model.forward(drows, cache)  # eager: this step's answer (and every kernel loaded)
-        self._capture(model, drows, cache, entry)
-        return _rows(out, n)
 
     def stats(self) -> GraphStats:
         captured = sum(1 for per in self._per_cache.values() for e in per.values() if e.graph is not None)

@@ -203,6 +203,10 @@ class NumpyBackend:
         return [int(np.argmax(row)) if p.greedy else sample(row, p, pos)
                 for row, p, pos in zip(logits, params, positions)]
 
+    def warm_decode(self, model: Any, cache: Cache, width: int, streams: int,
+                    shapes: list[tuple[int, bool, tuple]]) -> int:
+        return 0  # no graphs on the CPU: a decode step has nothing to prepare
+
     def graph_stats(self) -> GraphStats:
         return GraphStats()  # no graphs on the CPU
 
