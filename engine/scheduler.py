@@ -111,8 +111,7 @@ class Scheduler:
         """Every decode step shape of up to the plan's streams prepared now (graphs captured on the
         GPU), so that no stream's step waits for a capture when another tab joins; the engine calls
         it at start. Returns the graphs captured."""
-        v = self.verifier
-        shapes = [(1, False, ())] if v is None else [(w, v.wants_hidden, v.taps) for w in (1, v.k + 1)]
+        shapes = [(1, False, ())] if self.verifier is None else self.verifier.decode_shapes()
         return self.b.warm_decode(self.model, self.cache, self.lanes.window_pages, self.plan.parallel, shapes)
 
     # --- requests ------------------------------------------------------------------------

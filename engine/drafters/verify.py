@@ -120,6 +120,10 @@ class Verifier:
             tables[r] = sched.lanes.table(seq.lane)
         return Rows(tokens, positions, tables, lanes, False, window=W, hidden=self.wants_hidden, taps=self.taps)
 
+    def decode_shapes(self) -> list[tuple[int, bool, tuple]]:
+        """(window, hidden, taps) of the decode rows `step` runs: plain rows, or windows of k + 1."""
+        return [(w, self.wants_hidden, self.taps) for w in (1, self.k + 1)]
+
     def step(self, seqs: list[Sequence]) -> None:
         sched, b = self.sched, self.sched.b
         drafts = [self.drafts(seq) for seq in seqs]

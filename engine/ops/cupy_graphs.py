@@ -64,13 +64,12 @@ class DecodeGraphs:
     def step(self, model, rows: Rows, cache: Cache):
         """One decode forward of `rows`, padded to a power-of-two batch and replayed from a graph."""
         n = len(rows)
-        streams = n // rows.window
-        B = (1 << max(0, (streams - 1).bit_length())) * rows.window
+        B = padded_rows(n // rows.window, rows.window)
         if B > MAX_GRAPH_ROWS:
             return model.forward(rows, cache)
         W = rows.tables.shape[1]
         per_cache = self._per_cache.setdefault(cache, {})
-        key = (id(model), B, W, rows.window, rows.hidden, rows.taps)
+        key = _key(model, rows, B)
         entry = per_cache.get(key)
         if entry is None:
             entry = per_cache[key] = GraphEntry(B, W)
@@ -93,13 +92,13 @@ class DecodeGraphs:
         per_cache = self._per_cache.setdefault(cache, {})
         done = 0
         for window, hidden, taps in shapes:
+            like = Rows(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros((0, width), np.int32),
+                        np.zeros(0, np.int32), False, window=window, hidden=hidden, taps=taps)
             B = window
-            while B <= min(MAX_GRAPH_ROWS, (1 << max(0, (streams - 1).bit_length())) * window):
-                key = (id(model), B, width, window, hidden, taps)
+            while B <= min(MAX_GRAPH_ROWS, padded_rows(streams, window)):
+                key = _key(model, like, B)
                 if key not in per_cache:
                     entry = per_cache[key] = GraphEntry(B, width)
-                    like = Rows(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros((0, width), np.int32),
-                                np.zeros(0, np.int32), False, window=window, hidden=hidden, taps=taps)
                     self._fill(entry, like, cache)
                     drows = self._device_rows(entry, like)
                     model.forward(drows, cache)
@@ -152,6 +151,16 @@ class DecodeGraphs:
                   "running eagerly", file=sys.stderr)
 
 
+def padded_rows(streams: int, window: int) -> int:
+    """Rows of the graph that serves `streams` streams: the next power of two of them, in windows."""
+    return (1 << max(0, (streams - 1).bit_length())) * window
+
+
+def _key(model, rows: Rows, B: int) -> tuple:
+    """A graph's identity within one cache: the model, its rows and page-table width, the rows' shape."""
+    return id(model), B, rows.tables.shape[1], rows.window, rows.hidden, rows.taps
+
+
 def _rows(out, n: int):
     """The first n rows of a graph's output (logits, or logits and hidden states)."""
     return tuple(o[:n] for o in out) if isinstance(out, tuple) else out[:n]
@@ -164,7 +173,7 @@ def graph_bytes(cfg: ModelConfig, settings: EngineSettings) -> int:
     long contexts) and the widest product's segment partials. A drafter adds the verify windows'
     graphs: k + 1 rows per stream."""
     window = settings.draft_tokens + 1 if settings.drafter != "none" else 1
-    streams = 1 << max(0, (settings.parallel - 1).bit_length())
+    streams = padded_rows(settings.parallel, 1)
     top = min(streams * window, MAX_GRAPH_ROWS)
     kept = (2 * streams - 1) * cfg.vocab * 4 * (1 + (window if window > 1 else 0))  # 1 + 2 + ... streams
     width = -(-settings.context // settings.page_tokens)
