@@ -74,9 +74,8 @@ DEV void split3(float2 v, u32& h, u32& m, u32& l) {
   l = pack_bf16x2(__fsub_rn(rx, bf16_to_f32(m)), __fsub_rn(ry, bf16_to_f32(m >> 16)));
 }
 
-// 8 fp8 K/V elements at p (2 words, 8-byte aligned) as bf16 (4 words): e4m3 values are exact in bf16.
-DEV uint4 fp8_piece(const u32* p) {
-  const uint2 w = *(const uint2*)p;
+// 8 fp8 K/V elements (2 words) as bf16 (4 words): e4m3 values are exact in bf16.
+DEV uint4 fp8_piece(uint2 w) {
   const u32 ws[2] = {w.x, w.y};
   u32 out[4];
 #pragma unroll
@@ -187,8 +186,15 @@ __global__ void __launch_bounds__(256, 3) attn_decode(const float* __restrict__ 
 
   if (tid < nk) slot_s[tid] = slot_of(tab, k0 + tid, pt);
   __syncthreads();
-  for (int e = tid; e < CHUNK * (D / 8); e += 256) {  // keys past nk: zeros (their scores are masked)
-    const int j = e / (D / 8), w4 = e % (D / 8);
+  // the chunk's 8-element pieces, FP at most a thread (D <= 256): bf16 by cp.async; fp8 loaded to
+  // registers all at once, then decoded into the tiles (one round trip, not one a piece). Keys past
+  // nk: zeros (their scores are masked).
+  constexpr int FP = CHUNK * 32 / 256;
+  uint2 kw[KV8 ? FP : 1], vw[KV8 ? FP : 1];
+#pragma unroll
+  for (int i = 0; i < FP; ++i) {
+    const int e = tid + 256 * i, j = e / (D / 8), w4 = e % (D / 8);
+    if (e >= CHUNK * (D / 8)) break;
     u32* kd = kt + j * PW + 4 * w4;
     u32* vd = vt + j * PW + 4 * w4;
     if (j >= nk) {
@@ -196,17 +202,28 @@ __global__ void __launch_bounds__(256, 3) attn_decode(const float* __restrict__ 
       *(uint4*)vd = make_uint4(0, 0, 0, 0);
     } else if (KV8) {
       const i64 off = (slot_s[j] * KH + kh) * (D / 4) + 2 * w4;
-      *(uint4*)kd = fp8_piece((const u32*)kc + off);
-      *(uint4*)vd = fp8_piece((const u32*)vc + off);
+      kw[i] = *(const uint2*)((const u32*)kc + off);
+      vw[i] = *(const uint2*)((const u32*)vc + off);
     } else {
       const i64 off = (slot_s[j] * KH + kh) * (D / 2) + 4 * w4;
       cp_async16(smem_addr(kd), (const u32*)kc + off);
       cp_async16(smem_addr(vd), (const u32*)vc + off);
     }
   }
-  if (KV8 && tid < nk) {
-    ksc_s[tid] = ksc[slot_s[tid] * KH + kh];
-    vsc_s[tid] = vsc[slot_s[tid] * KH + kh];
+  if (KV8 && tid < CHUNK) {  // zero past nk: their p are 0, and 0 times stale shared bits may be NaN
+    ksc_s[tid] = tid < nk ? ksc[slot_s[tid] * KH + kh] : 0.0f;
+    vsc_s[tid] = tid < nk ? vsc[slot_s[tid] * KH + kh] : 0.0f;
+  }
+  if (KV8) {
+#pragma unroll
+    for (int i = 0; i < FP; ++i) {
+      const int e = tid + 256 * i, j = e / (D / 8), w4 = e % (D / 8);
+      if (e >= CHUNK * (D / 8)) break;
+      if (j < nk) {
+        *(uint4*)(kt + j * PW + 4 * w4) = fp8_piece(kw[i]);
+        *(uint4*)(vt + j * PW + 4 * w4) = fp8_piece(vw[i]);
+      }
+    }
   }
   for (int g = warp; g < G; g += 8)
     load_head(q_s + g * QP, q, (i64)row * qs0 + (i64)(kh * G + g) * qs1, D, qnw, qeps, positions, row, inv, half, lane);

@@ -94,11 +94,12 @@ def gated_rmsnorm(x, z, ldz: int, w, y, D: int, eps: float, rows: int, heads: in
 
 
 # --- moe.cu ---------------------------------------------------------------------------------------
-def moe_route(logits, ld: int, E: int, k: int, experts, weights, rows: int):
-    if k > 32 or E > 1024:
-        raise ValueError(f"moe_route: top-{k} of {E} experts is beyond the kernel (k <= 32, E <= 1024)")
+def moe_route(logits, ld: int, E: int, k: int, experts, weights, rows: int, gate=None, ldg: int = 0):
+    """experts, weights [rows, k] (or k + 1 with the shared expert's gate logits: choice k is expert E)."""
+    if k > 31 or E > 1024:
+        raise ValueError(f"moe_route: top-{k} of {E} experts is beyond the kernel (k <= 31, E <= 1024)")
     f = function("moe.cu", "moe_route")
-    f((rows,), (32,), (logits, i64(ld), i32(E), i32(k), experts, weights))
+    f((rows,), (32,), (logits, i64(ld), i32(E), i32(k), L._ptr(gate), i64(ldg), experts, weights))
 
 
 def moe_gemv(bits: int, W, scales, biases, st: int, experts, k: int, x, ldx: int, xj: bool, y, M: int, K: int,
@@ -127,15 +128,41 @@ def slot_rows(nt: int) -> int:
     return 8 * nt if nt else 4
 
 
-def moe_slots(experts, E: int) -> Slots:
+def _slots(nk: int, E: int) -> Slots:
+    """An empty slot table for nk ids over E experts: its shape from the counts alone."""
     import cupy
-    nk = experts.size
     nt = 0 if nk <= 4 * min(E, nk) else 2  # a schedule only: rows per expert slot
     R = slot_rows(nt)
     Z = -(-nk // R) + min(E, nk)
-    table = cupy.empty(Z * (2 + R), cupy.int32)
-    function("moe.cu", "moe_slots")((1,), (1024,), (experts, i32(nk), i32(E), i32(R), table, i32(Z)))
-    return Slots(table, nk, nt, Z)
+    return Slots(cupy.empty(Z * (2 + R), cupy.int32), nk, nt, Z)
+
+
+def moe_slots(experts, E: int) -> Slots:
+    s = _slots(experts.size, E)
+    R = slot_rows(s.nt)
+    function("moe.cu", "moe_slots")((1,), (1024,), (experts, i32(s.nk), i32(E), i32(R), s.table, i32(s.Z)))
+    return s
+
+
+ROUTE_SLOTS_ROWS = 32  # rows moe_route_slots routes (one warp each)
+ROUTE_SLOTS_SMEM = 48 * 1024  # its probabilities' shared bytes without an opt-in
+
+
+def route_slots_fit(n: int, E: int) -> bool:
+    """Whether moe_route_slots takes n rows of E logits."""
+    return n <= ROUTE_SLOTS_ROWS and n * E * 4 <= ROUTE_SLOTS_SMEM and E <= 1024
+
+
+def moe_route_slots(logits, ld: int, E: int, k: int, experts, weights, rows: int, ES: int, gate=None,
+                    ldg: int = 0) -> Slots:
+    """moe_route and moe_slots (over ES experts) of decode rows in one launch (route_slots_fit)."""
+    if k > 31 or not route_slots_fit(rows, E):
+        raise ValueError(f"moe_route_slots: {rows} rows, top-{k} of {E} experts is beyond the kernel")
+    s = _slots(experts.size, ES)
+    f = function("moe.cu", "moe_route_slots")
+    f((1,), (1024,), (logits, i64(ld), i32(E), i32(k), L._ptr(gate), i64(ldg), experts, weights, i32(rows), i32(ES),
+                      i32(slot_rows(s.nt)), s.table, i32(s.Z)), shared_mem=rows * E * 4)
+    return s
 
 
 def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: int, slots: Slots, k: int, x,
@@ -182,7 +209,7 @@ def variants() -> list[tuple[str, str]]:
     deltanet = [f"{k}<{w}>" for k in ("conv1d_step", "conv1d_prompt") for w in CONV_WIDTHS]
     deltanet += ["deltanet_gates", "gated_rmsnorm"] + ["deltanet_scan<%d, %d>" % (dk, scan_split(dk)) for dk in SCAN_DK]
     chunk = [f"{k}<{dk}>" for k in ("dn_chunk_norm", "dn_chunk_prep", "dn_chunk_state") for dk in CHUNK_DK]
-    moe = ["moe_route", "moe_slots", "moe_swiglu", "moe_combine"]
+    moe = ["moe_route", "moe_slots", "moe_route_slots", "moe_swiglu", "moe_combine"]
     moe += [f"moe_gemv<{b}>" for b in MOE_BITS]
     return ([("deltanet.cu", n) for n in deltanet] + [("deltanet_chunk.cu", n) for n in chunk]
             + [("moe.cu", n) for n in moe])

@@ -8,14 +8,11 @@
 #include "common.cuh"
 
 // Softmax over E logits (fp32), top k by probability (ties: the lower expert id first, numpy's
-// stable argsort), weights renormalised over the k. logits [n, E] (row stride ld); experts int32
-// [n, k], weights [n, k]. grid = n, block = 32. k <= 32, E <= 1024.
-extern "C" __global__ void moe_route(const float* __restrict__ logits, i64 ld, int E, int k,
-                                     int* __restrict__ experts, float* __restrict__ weights) {
-  __shared__ float p_s[1024];  // the probabilities, computed once for the k selection rounds
-  const i64 row = blockIdx.x;
-  const int lane = threadIdx.x;
-  const float* x = logits + row * ld;
+// stable argsort), weights renormalised over the k, of one row x: one warp, p_s [E] shared scratch.
+// experts, weights: the row's kk = k choices, or k + 1 with gate given: choice k is the shared
+// expert stacked as expert E, under sigmoid(*gate). k <= 31, E <= 1024.
+DEV void route_row(const float* __restrict__ x, int E, int k, const float* __restrict__ gate, int* experts,
+                   float* __restrict__ weights, float* p_s, int lane) {
   float mx = -__int_as_float(0x7f800000);
   for (int e = lane; e < E; e += 32) mx = fmaxf(mx, x[e]);
   mx = warp_max(mx);
@@ -43,17 +40,31 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, i64 ld, i
   float tot = 0.0f;  // in choice order, like numpy's sum over the k
   for (int t = 0; t < k; ++t) tot = __fadd_rn(tot, __shfl_sync(FULL_MASK, mine_p, t));
   if (lane < k) {
-    experts[row * k + lane] = mine;
-    weights[row * k + lane] = __fdiv_rn(mine_p, tot);
+    experts[lane] = mine;
+    weights[lane] = __fdiv_rn(mine_p, tot);
+  } else if (lane == k && gate != nullptr) {
+    experts[k] = E;
+    weights[k] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-*gate)));
   }
+}
+
+// logits [n, E] (row stride ld), gate [n] (stride ldg) or null; experts, weights [n, kk].
+// grid = n, block = 32.
+extern "C" __global__ void moe_route(const float* __restrict__ logits, i64 ld, int E, int k,
+                                     const float* __restrict__ gate, i64 ldg, int* __restrict__ experts,
+                                     float* __restrict__ weights) {
+  __shared__ float p_s[1024];  // the probabilities, computed once for the k selection rounds
+  const i64 row = blockIdx.x;
+  const int kk = gate != nullptr ? k + 1 : k;
+  route_row(logits + row * ld, E, k, gate != nullptr ? gate + row * ldg : nullptr, experts + row * kk,
+            weights + row * kk, p_s, threadIdx.x);
 }
 
 // Slots of the expert products (gemv.cu qmv with EX 1): the nk (row, choice) ids grouped by expert,
 // at most R to a slot; slot s = [expert, count, ids...] (stride 2 + R), slots past the last one
 // empty. Z >= ceil(nk / R) + min(E, nk) slots. Where an id lands within its expert's slots varies
-// from run to run and changes no bits (qmv's rows are independent). grid = 1, block = 1024, E <= 1024.
-extern "C" __global__ void moe_slots(const int* __restrict__ experts, int nk, int E, int R, int* __restrict__ slots,
-                                     int Z) {
+// from run to run and changes no bits (qmv's rows are independent). Block of 1024, E <= 1024.
+DEV void build_slots(const int* experts, int nk, int E, int R, int* __restrict__ slots, int Z) {
   __shared__ int cnt[1024], base[1024], fill[1024];
   const int tid = threadIdx.x;
   cnt[tid] = 0;
@@ -81,6 +92,28 @@ extern "C" __global__ void moe_slots(const int* __restrict__ experts, int nk, in
     const int e = experts[i], pos = atomicAdd(fill + e, 1);
     slots[(i64)(base[e] - (cnt[e] + R - 1) / R + pos / R) * (2 + R) + 2 + pos % R] = i;
   }
+}
+
+// grid = 1, block = 1024.
+extern "C" __global__ void moe_slots(const int* __restrict__ experts, int nk, int E, int R, int* __restrict__ slots,
+                                     int Z) {
+  build_slots(experts, nk, E, R, slots, Z);
+}
+
+// Decode rows in one launch: n <= 32 rows routed one warp a row (moe_route's arithmetic), then the
+// slots of their n·kk ids over ES experts (moe_slots'; experts is read back as written, so no
+// read-only path for it). grid = 1, block = 1024, dynamic shared n·E floats.
+extern "C" __global__ void moe_route_slots(const float* __restrict__ logits, i64 ld, int E, int k,
+                                           const float* __restrict__ gate, i64 ldg, int* experts,
+                                           float* __restrict__ weights, int n, int ES, int R,
+                                           int* __restrict__ slots, int Z) {
+  extern __shared__ float p_all[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, kk = gate != nullptr ? k + 1 : k;
+  if (warp < n)
+    route_row(logits + warp * ld, E, k, gate != nullptr ? gate + warp * ldg : nullptr, experts + warp * kk,
+              weights + warp * kk, p_all + warp * E, lane);
+  __syncthreads();  // the block's writes of the choices are visible to it
+  build_slots(experts, n * kk, ES, R, slots, Z);
 }
 
 // A scale or bias of an affine weight: ST 0 fp16, 1 bf16 (raw 16-bit), 2 fp32.

@@ -115,14 +115,16 @@ def test_qmv_odd_input_width_and_lazy_silu(gb):
     assert np.allclose(gb.to_host(gb.silu_mul(g, u)), act, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("bits,group", [(4, 64), (8, 32)])  # 8-bit in groups of 32: the routers' format
 @pytest.mark.parametrize("M,K", [(256, 4096), (200, 1536), (64, 2048)])
-def test_qmv_segments_and_fused_rmsnorm(gb, M, K):
+def test_qmv_segments_and_fused_rmsnorm(gb, M, K, bits, group):
     """K in several segments (partials added in order by the last block), with the RMSNorm of
-    x + residual folded into the product; h = x + residual written once, exactly."""
+    x + residual folded into the product; h = x + residual written once, exactly. Up to 40 rows:
+    every n-tile build, whose batches must hold whole 64-input pieces of a row's sum of squares."""
     import kernels.launch as KL
     assert KL.qmv_split(M, K)[1] > 1
     rng = np.random.default_rng(M + K)
-    w = rand_affine(rng, M, K, 4, 64, "float16")
+    w = rand_affine(rng, M, K, bits, group, "float16")
     W = dequantize(w).astype(np.float64)
     qw = gb.prepare(w)
     nw = rng.uniform(0.5, 1.5, K).astype(np.float32)

@@ -305,6 +305,32 @@ def test_moe_route(gb, E, k):
     ridx, rw = NB.moe_route(logits, k)
     assert np.array_equal(host(idx), ridx)
     assert rel(host(w), rw) < 2e-6
+    # the shared expert's gate logit as a strided column (as the router_gate product gives it): choice k
+    both = np.concatenate([logits, rng.normal(size=(33, 1)).astype(np.float32)], 1)
+    sidx, sw = gb.moe_route(cupy.asarray(both)[:, :E], k, cupy.asarray(both)[:, E:])
+    ridx, rw = NB.moe_route(logits, k, both[:, E:])
+    assert np.array_equal(host(sidx), ridx) and (ridx[:, k] == E).all()
+    assert rel(host(sw), rw) < 2e-6
+
+
+def test_moe_route_slots_is_route_then_slots(gb):
+    """Decode rows (up to 32) are routed and grouped by expert in one launch, the shared expert
+    appended as expert E: the same choices as numpy's, the same products' bits as moe_slots' grouping;
+    more rows take the two launches."""
+    rng = np.random.default_rng(11)
+    E, H, I, k = 64, 96, 64, 8
+    dgu = prepare_experts(quantize(rng.normal(0, H ** -.5, (E + 1, 2 * I, H)).astype(np.float32), 4, 32))
+    ddn = prepare_experts(quantize(rng.normal(0, I ** -.5, (E + 1, H, I)).astype(np.float32), 4, 32))
+    for n in (1, 5, 32, 40):
+        both = rng.normal(size=(n, E + 1)).astype(np.float32)
+        x = cupy.asarray(rng.normal(size=(n, H)).astype(np.float32))
+        idx, w = gb.moe_route(cupy.asarray(both)[:, :E], k, cupy.asarray(both)[:, E:])
+        assert (gb._routed is not None) == (n <= 32)
+        ridx, rw = NB.moe_route(both[:, :E], k, both[:, E:])
+        assert np.array_equal(host(idx), ridx) and rel(host(w), rw) < 2e-6
+        fused = host(gb.moe_experts(x, dgu, ddn, idx, w))
+        apart = host(gb.moe_experts(x, dgu, ddn, idx.copy(), w))  # another array: moe_slots of its own
+        assert np.array_equal(fused, apart)
 
 
 @pytest.mark.parametrize("fmt,E,H,I,k,n", [("f32", 8, 64, 32, 2, 9), ("q4", 8, 64, 32, 2, 9), ("q8", 8, 64, 32, 2, 9),

@@ -105,7 +105,7 @@ def test_the_check_sees_a_missing_member_a_changed_default_and_a_missing_attribu
     assert any(f.startswith("linear:") for f in found)
     assert "graph_stats: missing" in found
     assert "kv_stores: data member missing" in found
-    mixin = modules["cupy_qwen3_5"].replace("def moe_route(self, logits, top_k: int):",
-                                            "def moe_route(self, logits, k: int):")
+    mixin = modules["cupy_qwen3_5"].replace("def moe_route(self, logits, top_k: int, shared_gate=None):",
+                                            "def moe_route(self, logits, k: int, shared_gate=None):")
     found = mismatches(*source_members(modules["cupy_backend"], "CupyBackend", {**modules, "cupy_qwen3_5": mixin}))
     assert any(f.startswith("moe_route:") for f in found)

@@ -28,7 +28,7 @@ from engine.kv.cache import F32
 from engine.ops.numpy_backend import NumpyBackend
 from engine.rows import Rows
 from engine.settings import EngineSettings, SamplingParams
-from engine.weights import dequantize
+from engine.weights import dequantize, quantize
 
 import reference
 from reference import causal_attention, rms_norm
@@ -268,6 +268,32 @@ def test_moe_route_and_experts():
         assert np.array_equal(got, routed + shared / (np.float32(1) + np.exp(-gate)))
     for i in range(n):  # decode rows do not depend on each other
         assert np.array_equal(B.moe_experts(x[i:i + 1], gu, down, idx[i:i + 1], wts[i:i + 1])[0], decode[i])
+    # the shared expert stacked as expert E: moe_route appends it under sigmoid(gate), and the routed
+    # products give the routed sum plus its gated MLP
+    sgu = rng.normal(size=(2 * I, H)).astype(np.float32) / 4
+    sdown = rng.normal(size=(H, I)).astype(np.float32) / 4
+    sidx, swts = B.moe_route(logits, k, gate)
+    assert np.array_equal(sidx[:, :k], idx) and np.array_equal(swts[:, :k], wts) and (sidx[:, k] == E).all()
+    close(swts[:, k:], 1 / (1 + np.exp(-gate.astype(np.float64))), 2e-7)
+    hs = x.astype(np.float64) @ sgu.T.astype(np.float64)
+    sref = ref + swts[:, k:] * ((silu(hs[:, :I]) * hs[:, I:]) @ sdown.T.astype(np.float64))
+    for flag in (False, True):
+        close(B.moe_experts(x, np.concatenate([gu, sgu[None]]), np.concatenate([down, sdown[None]]), sidx, swts,
+                            flag), sref, 2e-5)
+
+
+def test_stack_expert_takes_one_more_expert_of_the_same_format():
+    from engine.models.qwen3_5 import stack_expert
+    rng = np.random.default_rng(5)
+    experts = quantize(rng.normal(size=(3, 8, 64)).astype(np.float32), 4, 32)
+    one = quantize(rng.normal(size=(8, 64)).astype(np.float32), 4, 32)
+    both = stack_expert(experts, one)
+    assert both.shape == (4, 8, 64) and np.array_equal(dequantize(both)[3], dequantize(one))
+    assert np.array_equal(dequantize(both)[:3], dequantize(experts))
+    assert stack_expert(experts, quantize(rng.normal(size=(8, 64)).astype(np.float32), 8, 32)) is None  # bits
+    assert stack_expert(experts, quantize(rng.normal(size=(8, 64)).astype(np.float32), 4, 64)) is None  # group
+    assert stack_expert(experts, quantize(rng.normal(size=(4, 64)).astype(np.float32), 4, 32)) is None  # shape
+    assert stack_expert(experts, None) is None
 
 
 @pytest.mark.parametrize("E,H", [(256, 2048), (256, 3072), (512, 4096), (128, 2048), (60, 2048), (8, 64)])
@@ -278,10 +304,13 @@ def test_router_gate_keeps_router_segments(E, H):
     assert qmv_split(E + 1, H) == qmv_split(E, H)
 
 
-def test_moe_loads_router_and_gate_as_one():
+def test_moe_loads_router_and_gate_as_one_and_the_shared_expert_as_expert_e():
     layer = runner("synthetic:tiny-qwen3.5-moe").model.layers[0]
+    E = runner("synthetic:tiny-qwen3.5-moe").loaded.config.experts
     assert "router_gate" in layer and "router" not in layer and "shared_gate" not in layer
-    assert layer["router_gate"].shape[0] == runner("synthetic:tiny-qwen3.5-moe").loaded.config.experts + 1
+    assert layer["router_gate"].shape[0] == E + 1
+    assert layer["shared_routed"] and "shared" not in layer
+    assert layer["experts_gate_up"].shape[0] == layer["experts_down"].shape[0] == E + 1
 
 
 # --- the model -----------------------------------------------------------------------------------

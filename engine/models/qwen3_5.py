@@ -25,11 +25,24 @@ from ..config import FULL
 from ..kv.cache import Cache
 from ..ops.base import Backend
 from ..rows import Rows
-from ..weights import Model, dequantize
+from ..weights import Affine, Model, Tensor, dequantize
 from .llama import fuse
 from .qwen3 import Qwen3
 
 DELTANET_CHUNK = 64  # rows per chunk of the chunked prompt form (prompt chunks are multiples of it or smaller)
+
+
+def stack_expert(experts: Tensor, one: Tensor | None) -> Tensor | None:
+    """Stacked experts [E, out, in] and one more [out, in] of the same format as [E + 1, out, in],
+    or None where formats or shapes differ (a GGUF file's shared expert in another quant type)."""
+    if not (isinstance(experts, Affine) and isinstance(one, Affine)) or experts.shape[1:] != one.shape:
+        return None
+    if (experts.bits, experts.group, experts.scales.dtype) != (one.bits, one.group, one.scales.dtype):
+        return None
+
+    def cat(name: str):  # np.concatenate takes device arrays too (NEP 18): landed weights stay there
+        return np.concatenate([getattr(experts, name), getattr(one, name)[None]])
+    return Affine(cat("packed"), cat("scales"), cat("biases"), experts.bits, experts.group)
 
 
 class Qwen3_5(Qwen3):
@@ -82,13 +95,21 @@ class Qwen3_5(Qwen3):
         gu = fuse([gate, up])
         if gu is None:  # mixed formats: fuse dequantized (rare; keeps one op for all)
             gu = np.concatenate([dequantize(gate), dequantize(up)], axis=-2)
-        # kind "experts": stacked [E, out, in] weights (a backend may keep its own expert layout)
-        out = {"experts_gate_up": p(gu, "experts"), "experts_down": p(W[pre + "experts.down_proj"], "experts")}
+        down = W[pre + "experts.down_proj"]
         router = W[pre + "gate"]
+        # kind "experts": stacked [E, out, in] weights (a backend may keep its own expert layout)
         if pre + "shared_expert.gate_proj" not in W:
-            out["router"] = p(router)
-            return out
-        out["shared"] = self.load_mlp(W, pre + "shared_expert.")
+            return {"experts_gate_up": p(gu, "experts"), "experts_down": p(down, "experts"), "router": p(router)}
+        # the shared expert as routed expert E where its format is the experts' (moe_route appends it
+        # under its gate): the two expert products read it, two launches fewer a layer than its own MLP
+        s = pre + "shared_expert."
+        sgu = stack_expert(gu, fuse([W[s + "gate_proj"], W[s + "up_proj"]]))
+        sdown = stack_expert(down, W[s + "down_proj"])
+        if sgu is not None and sdown is not None:
+            out = {"experts_gate_up": p(sgu, "experts"), "experts_down": p(sdown, "experts"), "shared_routed": True}
+        else:
+            out = {"experts_gate_up": p(gu, "experts"), "experts_down": p(down, "experts"),
+                   "shared": self.load_mlp(W, s)}
         # one product for [router logits | shared gate logit] where the formats agree; on the GPU a
         # row's bits are those of the router alone (the products' K segments stay: test_qwen3_5)
         both = fuse([router, W[pre + "shared_expert_gate"]])
@@ -167,7 +188,11 @@ class Qwen3_5(Qwen3):
             logits = b.linear(h, layer["router"], rows.pad_to, rows.fp16)
             if "shared" in layer:
                 gate = b.linear(h, layer["shared_gate"], rows.pad_to, rows.fp16)
-        experts, weights = b.moe_route(logits, self.cfg.top_k)
+        if layer.get("shared_routed"):  # expert E, one more choice of every row
+            experts, weights = b.moe_route(logits, self.cfg.top_k, gate)
+            gate = None
+        else:
+            experts, weights = b.moe_route(logits, self.cfg.top_k)
         if "shared" in layer:  # added under its gate in the experts' combination
             shared = super().mlp(layer["shared"], h, rows)
         return b.moe_experts(h, layer["experts_gate_up"], layer["experts_down"], experts, weights, rows.prompt,

@@ -77,6 +77,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         self._inv: dict[tuple, object] = {}
         self._uploads: list[tuple] = []
         self._pending_kv = None  # (cache, layer, k, v, tables, positions) of a deferred kv_write
+        self._routed = None  # (experts, expert count, slots) of the last moe_route, for moe_experts
         self.graphs = True  # decode steps replay captured graphs (False: every step eagerly)
         self._landing: DeviceLanding | None = None
         self._slot_tables: dict[tuple, tuple] = {}  # copy_slots' device address tables

@@ -146,13 +146,21 @@ class Qwen35Ops:
         return y
 
     # --- MoE ------------------------------------------------------------------------------------
-    def moe_route(self, logits, top_k: int):
+    def moe_route(self, logits, top_k: int, shared_gate=None):
+        """Decode rows (KQ.route_slots_fit) are routed and grouped by expert in one launch; the slots
+        wait for moe_experts of these experts (`_routed`)."""
         x, ld = self._q_rows(logits, 2)
         n, E = x.shape
-        experts = cupy.empty((n, top_k), cupy.int32)
-        weights = cupy.empty((n, top_k), cupy.float32)
-        if n:
-            KQ.moe_route(x, ld, E, top_k, experts, weights, n)
+        gate, ldg = self._q_rows(shared_gate, 2) if shared_gate is not None else (None, 0)
+        kk = top_k + (gate is not None)
+        experts = cupy.empty((n, kk), cupy.int32)
+        weights = cupy.empty((n, kk), cupy.float32)
+        self._routed = None
+        if n and KQ.route_slots_fit(n, E):
+            ES = E + (gate is not None)  # the shared expert appended: stacked as expert E
+            self._routed = (experts, ES, KQ.moe_route_slots(x, ld, E, top_k, experts, weights, n, ES, gate, ldg))
+        elif n:
+            KQ.moe_route(x, ld, E, top_k, experts, weights, n, gate, ldg)
         return experts, weights
 
     @staticmethod
@@ -184,11 +192,16 @@ class Qwen35Ops:
         out = cupy.empty((n, H), cupy.float32)
         if n == 0:
             return out
+        routed, self._routed = self._routed, None
+        given = experts
         experts = cupy.ascontiguousarray(experts, dtype=cupy.int32)
         weights = self._q_f32(weights)
-        # one grouping for both products: it depends on the ids and the expert count only
-        slots = (KQ.moe_slots(experts, gate_up.shape[0])
-                 if isinstance(gate_up, QExperts) or isinstance(down, QExperts) else None)
+        # one grouping for both products: it depends on the ids and the expert count only (made with
+        # the routing where moe_route made these ids for this many experts)
+        slots = None
+        if isinstance(gate_up, QExperts) or isinstance(down, QExperts):
+            same = routed is not None and routed[0] is given and routed[1] == gate_up.shape[0]
+            slots = routed[2] if same else KQ.moe_slots(experts, gate_up.shape[0])
         gu = cupy.empty((n * k, M1), cupy.float32)
         self._product(gate_up, experts, slots, x, ldx, False, gu, prompt)
         y = cupy.empty((n * k, H), cupy.float32)

@@ -376,15 +376,21 @@ class NumpyBackend:
         z = z.astype(np.float32)
         return (x / np.sqrt(ms + np.float32(eps))) * w * (z / (np.float32(1.0) + np.exp(-z)))
 
-    def moe_route(self, logits: np.ndarray, top_k: int):
+    def moe_route(self, logits: np.ndarray, top_k: int, shared_gate: np.ndarray | None = None):
         """Router: softmax (fp32) over all experts, top-k, renormalised. logits [n, E] →
-        (experts int32 [n, k] by descending weight, lowest id first on ties; weights fp32 [n, k])."""
+        (experts int32 [n, k] by descending weight, lowest id first on ties; weights fp32 [n, k]).
+        With the shared expert's gate logits [n, 1]: one more choice, expert E under sigmoid(gate)."""
         x = logits.astype(np.float32)
         p = np.exp(x - x.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
         idx = np.argsort(-p, axis=-1, kind="stable")[:, :top_k].astype(np.int32)
         w = np.take_along_axis(p, idx, axis=-1)
-        return idx, (w / w.sum(-1, keepdims=True)).astype(np.float32)
+        w = (w / w.sum(-1, keepdims=True)).astype(np.float32)
+        if shared_gate is None:
+            return idx, w
+        g = np.asarray(shared_gate, np.float32).reshape(-1, 1)
+        sg = (np.float32(1.0) / (np.float32(1.0) + np.exp(-g))).astype(np.float32)
+        return np.concatenate([idx, np.full_like(idx[:, :1], x.shape[1])], 1), np.concatenate([w, sg], 1)
 
     def moe_experts(self, x: np.ndarray, gate_up: np.ndarray, down: np.ndarray, experts: np.ndarray,
                     weights: np.ndarray, prompt: bool = False, shared: np.ndarray | None = None,
