@@ -21,8 +21,8 @@
 // Exactness: a row's arithmetic depends on the weight shape only. K is cut into P segments of KS
 // inputs (qmv_split in launch.py: a function of M and K); each block takes one segment of 128
 // weight rows for up to 8*NT x rows, and the segments' partials are added in segment order by the
-// last block of the 128 rows to finish. The batching of loads (BATCH), the row count and where a
-// row sits change nothing in any row's operations.
+// last block of the 128 rows to finish. The batching of loads (BATCH, the staged window), the row
+// count and where a row sits change nothing in any row's operations.
 #include "common.cuh"
 
 // Two 4-bit codes as bf16 (128 + q): (w >> 4i) & 0x000f000f | magic in one lop3 (magic in a register:
@@ -67,19 +67,26 @@ DEV float sum_in_order(const float* __restrict__ p, i64 stride, int n) {
   return v;
 }
 
-// Per (bits, n-tiles, group): x rows per block, inputs per batch (a schedule, not arithmetic) and
-// the staged row pitch in bf16. NT 0 packs up to 4 rows: row r's hi and lo halves are the MMA's
-// columns 2r and 2r+1, so one MMA gives both products (the same bits as two MMAs into separate
-// accumulators, which is what NT >= 1 does) and the sum of the two lands in one thread; (64 bytes of padding: the 16-byte fragment loads of rows g and g+1
-// fall on disjoint banks). Batches never cross a padded weight's end (Sp is a multiple of 16).
-template <int BITS, int SUB, int NT>
+// Per (bits, n-tiles, group, blocks an SM): x rows per block, inputs per batch and per staged window
+// (a schedule, not arithmetic) and the staged row pitch in bf16. NT 0 packs up to 4 rows: row r's hi
+// and lo halves are the MMA's columns 2r and 2r+1, so one MMA gives both products (the same bits as
+// two MMAs into separate accumulators, which is what NT >= 1 does) and the sum of the two lands in
+// one thread. NT 0 stages a window of 2,048 inputs at once and runs its batches without barriers
+// (1-4 row products are chains of round trips, not short of bandwidth); at 2 blocks an SM the next
+// batch's codes are in flight during this one's products (PF: at 85 registers that spills). 32 bf16
+// of padding: the 16-byte fragment loads of rows g and g+1 fall on disjoint banks. Batches never
+// cross a padded weight's end (Sp is a multiple of 16).
+template <int BITS, int SUB, int NT, int MINB>
 struct QmvShape {
   static constexpr int NT1 = NT > 0 ? NT : 1;
   static constexpr int R = NT > 0 ? 8 * NT : 4;  // x rows a block takes
   static constexpr int SR = 8 * NT1;              // staged rows (packed: hi and lo of 4 rows)
-  static constexpr int B0 = (BITS == 4 ? 512 : 256) / NT1;
+  static constexpr bool PF = NT == 0 && MINB == 2;  // next batch's codes loaded a batch ahead
+  static constexpr int B0 = (BITS == 4 ? 512 : 256) / (PF ? 2 : NT1);
   static constexpr int BATCH = B0 < 32 * SUB ? 32 * SUB : B0;
-  static constexpr int PITCH = BATCH + 32;
+  static constexpr int WIN = NT > 0 ? BATCH : 2048;  // inputs staged at once
+  static constexpr int WB = WIN / BATCH;             // batches per window
+  static constexpr int PITCH = WIN + 32;
   static constexpr int NSB = BATCH / 32;                // subgroups per batch
   static constexpr int GPB = NSB / SUB;                 // groups per batch
   static constexpr int CW = BITS == 4 ? NSB / 2 : NSB;  // 16-byte code words per lane per batch
@@ -93,10 +100,11 @@ struct QmvShape {
 // grid = (ceil(M / 128), P segments, ceil(nrows / R)), block = 256 (8 warps, one tile each); MINB
 // blocks an SM (2: at most 128 registers; NVRTC gave the 4-tile variants 134, one block an SM). The
 // launcher takes 3 (at most 85 registers, a little slower a block) where that makes one wave fewer:
-// register allocation only, the same bits.
+// the same bits (MINB also picks QmvShape's schedule, never its arithmetic).
 // Codes and scales are padded to Sp subgroups (zero codes, zero scale and bias): no per-subgroup
 // check runs, the padding adds exact zeros. Each warp walks its tile with one pointer and fixed
-// strides; only the rows a block has are staged (the others stay zero from the start).
+// strides; only the rows a block has are staged (the others are zero: zeroed once, or packed, never
+// loaded).
 // part [z][P][R][Mp] and sspart [z][mblocks][P][R] hold segment partials (P > 1); counters
 // [z * mblocks] are zero between launches (the last block of a tile row resets its own).
 // EX 1: stacked expert weights (ecodes / esb words apart); slice z takes slot z of `slots`
@@ -110,18 +118,19 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
                                            float* __restrict__ part, float* __restrict__ sspart,
                                            int* __restrict__ counters, const int* __restrict__ slots, int kx,
                                            i64 ecodes, i64 esb) {
-  using Sh = QmvShape<BITS, SUB, NT>;
+  using Sh = QmvShape<BITS, SUB, NT, MINB>;
   constexpr int R = Sh::R, SR = Sh::SR, BATCH = Sh::BATCH, PITCH = Sh::PITCH, GPB = Sh::GPB, CW = Sh::CW;
-  constexpr bool PK = NT == 0;
+  constexpr int WIN = Sh::WIN, WB = Sh::WB, NSB = Sh::NSB;
+  constexpr bool PK = NT == 0, PF = Sh::PF;
   constexpr int NTE = Sh::NT1;  // n-tiles of the MMA
-  constexpr int CPR = BATCH / 8;  // 8-input pieces per staged row
   constexpr int GL = 4 * SUB;     // pieces per group
-  constexpr int NB64 = BATCH / 64 > 0 ? BATCH / 64 : 1;
+  constexpr int GPW = WIN / (32 * SUB);  // groups per window
+  constexpr int NB64 = WIN / 64 > 0 ? WIN / 64 : 1;
   constexpr int SBW = SBT == 2 ? 2 : 1;  // words per (scale, bias) pair
   constexpr float OFF = BITS == 4 ? 128.0f : 2176.0f;
   __shared__ __align__(16) u16 xh[SR * PITCH];
   __shared__ __align__(16) u16 xl[PK ? 8 : SR * PITCH];  // packed: the lo halves live in xh
-  __shared__ float sx_s[R * GPB];
+  __shared__ float sx_s[R * GPW];
   __shared__ float sq_s[R * NB64];
   __shared__ float ss_s[R];
   __shared__ int last_s;
@@ -149,13 +158,15 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
   // this warp's codes and (rows g, g + 8) scale pairs, advanced batch by batch
   const uint4* cptr = (const uint4*)codes + ((i64)T * (BITS == 4 ? Sp / 2 : Sp) + (BITS == 4 ? k0 / 64 : k0 / 32)) * 32 + lane;
   const u32* sptr = sb + ((i64)T * (Sp / SUB) * 16 + (k0 / (32 * SUB)) * 16 + g) * SBW;
-  // rows past the block's own are zero for good; the staged rows are rewritten every batch
-  const int zr = PK ? 2 * nr : nr;  // first staged row that stays zero
-  for (int i = tid; i < (SR - zr) * PITCH; i += 256) {
-    xh[zr * PITCH + i] = 0;
-    if (!PK) xl[zr * PITCH + i] = 0;
-  }
-  for (int i = tid; i < (R - nr) * GPB; i += 256) sx_s[nr * GPB + i] = 0.0f;
+  // staged rows past zr are zero: packed (a window of 8 rows), their fragments are not loaded; else
+  // they are zeroed once
+  const int zr = PK ? 2 * nr : nr;
+  if (!PK)
+    for (int i = tid; i < (SR - zr) * PITCH; i += 256) {
+      xh[zr * PITCH + i] = 0;
+      xl[zr * PITCH + i] = 0;
+    }
+  for (int i = tid; i < (R - nr) * GPW; i += 256) sx_s[nr * GPW + i] = 0.0f;
   if (XM == 2 && tid < R) ss_s[tid] = 0.0f;
 
   float acc[NTE][4];
@@ -164,9 +175,8 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[a][c] = 0.0f;
 
-  for (int kb = k0; kb < k1; kb += BATCH) {
-    uint4 cw[CW];
-    u32 sw[GPB][2][SBW];
+  // one batch of this warp's codes and scale pairs, the pointers advanced past it
+  auto load = [&](uint4(&cw)[CW], u32(&sw)[GPB][2][SBW]) {
 #pragma unroll
     for (int j = 0; j < CW; ++j) cw[j] = ldg_stream4((const u32*)(cptr + j * 32));
 #pragma unroll
@@ -177,10 +187,17 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
         for (int w = 0; w < SBW; ++w) sw[i][h][w] = __ldg(sptr + (i * 16 + 8 * h) * SBW + w);
     cptr += CW * 32;
     sptr += GPB * 16 * SBW;
-    // --- stage the block's x rows of this batch as bf16 hi/lo, with per-group sums of hi + lo ---
-    for (int c0 = 0; c0 < nr * CPR; c0 += 256) {  // whole warps every pass: the shuffles need all lanes
-      const int c = c0 + tid, r = c / CPR, j = c % CPR, k = kb + 8 * j;
-      const bool here = c < nr * CPR;
+  };
+  uint4 cw[CW], cn[CW];  // cn, sn: the next batch (PF only)
+  u32 sw[GPB][2][SBW], sn[GPB][2][SBW];
+  if (k0 < k1) load(cw, sw);  // in flight during the first staging
+
+  for (int wb = k0; wb < k1; wb += WIN) {
+    // --- stage the block's x rows of this window as bf16 hi/lo, with per-group sums of hi + lo ---
+    const int cpr = WB == 1 ? BATCH / 8 : min(WIN, (k1 - wb + BATCH - 1) / BATCH * BATCH) / 8;  // live pieces a row
+    for (int c0 = 0; c0 < nr * cpr; c0 += 256) {  // whole warps every pass: the shuffles need all lanes
+      const int c = c0 + tid, r = c / cpr, j = c % cpr, k = wb + 8 * j;
+      const bool here = c < nr * cpr;
       float v[8];
       float sq = 0.0f;
       if (here && k < k1) {
@@ -227,7 +244,7 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
       }
 #pragma unroll
       for (int o = 1; o < GL; o <<= 1) xs = __fadd_rn(xs, __shfl_xor_sync(FULL_MASK, xs, o));
-      if (here && j % GL == 0) sx_s[r * GPB + j / GL] = xs;
+      if (here && j % GL == 0) sx_s[r * GPW + j / GL] = xs;
       if (XM == 2) {
 #pragma unroll
         for (int o = 1; o < 8; o <<= 1) sq = __fadd_rn(sq, __shfl_xor_sync(FULL_MASK, sq, o));
@@ -237,92 +254,114 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
     __syncthreads();
     if (XM == 2 && tid < nr) {  // the row's sum of squares, 64 inputs at a time in order
       float s = ss_s[tid];
-      for (int i = 0; i < NB64 && kb + 64 * i < k1; ++i) s = __fadd_rn(s, sq_s[tid * NB64 + i]);
+      for (int i = 0; i < NB64 && wb + 64 * i < k1; ++i) s = __fadd_rn(s, sq_s[tid * NB64 + i]);
       ss_s[tid] = s;
     }
-    // --- tensor-core products of this warp's tile over the batch: no checks, fixed offsets ---
-    // hi and lo products in separate accumulators (C/Cl; D/Dl for the high nibbles of 8-bit codes),
-    // added at the group's end; packed, they are the even and odd columns of one accumulator.
+    for (int b = 0; b < WB; ++b) {
+      const int kb = wb + b * BATCH;
+      if (kb >= k1) break;
+      const bool more = kb + BATCH < k1;
+      if (PF && more) load(cn, sn);  // the next batch's round trip overlaps these products
+      // --- tensor-core products of this warp's tile over the batch: no checks, fixed offsets ---
+      // hi and lo products in separate accumulators (C/Cl; D/Dl for the high nibbles of 8-bit codes),
+      // added at the group's end; packed, they are the even and odd columns of one accumulator.
 #pragma unroll
-    for (int gi = 0; gi < GPB; ++gi) {
-      float C[NTE][4], Cl[NTE][4], D[NTE][4], Dl[NTE][4];
+      for (int gi = 0; gi < GPB; ++gi) {
+        float C[NTE][4], Cl[NTE][4], D[NTE][4], Dl[NTE][4];
 #pragma unroll
-      for (int a = 0; a < NTE; ++a)
+        for (int a = 0; a < NTE; ++a)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) { C[a][c] = 0.0f; Cl[a][c] = 0.0f; D[a][c] = 0.0f; Dl[a][c] = 0.0f; }
+          for (int c = 0; c < 4; ++c) { C[a][c] = 0.0f; Cl[a][c] = 0.0f; D[a][c] = 0.0f; Dl[a][c] = 0.0f; }
 #pragma unroll
-      for (int si = 0; si < SUB; ++si) {
-        const int sl = gi * SUB + si;  // subgroup within the batch
-        u32 w[4];
-        if (BITS == 4) {
-          const uint4 q = cw[sl / 2];
-          w[0] = (sl & 1) ? q.z : q.x;  // row g
-          w[1] = (sl & 1) ? q.w : q.y;  // row g + 8
-        } else {
-          const uint4 q = cw[sl];
-          w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;  // (g, st0) (g, st1) (g+8, st0) (g+8, st1)
-        }
+        for (int si = 0; si < SUB; ++si) {
+          const int sl = gi * SUB + si;  // subgroup within the batch
+          u32 w[4];
+          if (BITS == 4) {
+            const uint4 q = cw[sl / 2];
+            w[0] = (sl & 1) ? q.z : q.x;  // row g
+            w[1] = (sl & 1) ? q.w : q.y;  // row g + 8
+          } else {
+            const uint4 q = cw[sl];
+            w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;  // (g, st0) (g, st1) (g+8, st0) (g+8, st1)
+          }
 #pragma unroll
-        for (int nt = 0; nt < NTE; ++nt) {
-          const uint4 bh = *(const uint4*)(xh + (nt * 8 + g) * PITCH + sl * 32 + 8 * t);
-          uint4 bl = bh;
-          if (!PK) bl = *(const uint4*)(xl + (nt * 8 + g) * PITCH + sl * 32 + 8 * t);
+          for (int nt = 0; nt < NTE; ++nt) {
+            const bool on = !PK || g < zr;
+            const int col = (b * NSB + sl) * 32 + 8 * t;
+            const uint4 bh = on ? *(const uint4*)(xh + (nt * 8 + g) * PITCH + col) : make_uint4(0, 0, 0, 0);
+            uint4 bl = bh;
+            if (!PK) bl = on ? *(const uint4*)(xl + (nt * 8 + g) * PITCH + col) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-          for (int st = 0; st < 2; ++st) {
-            const u32 h0 = st ? bh.z : bh.x, h1 = st ? bh.w : bh.y;
-            const u32 l0 = st ? bl.z : bl.x, l1 = st ? bl.w : bl.y;
-            if (BITS == 4) {
-              const u32 a0 = nib2m(w[0], 2 * st, magic), a1 = nib2m(w[1], 2 * st, magic);
-              const u32 a2 = nib2m(w[0], 2 * st + 1, magic), a3 = nib2m(w[1], 2 * st + 1, magic);
-              mma_bf16(C[nt], a0, a1, a2, a3, h0, h1);
-              if (!PK) mma_bf16(Cl[nt], a0, a1, a2, a3, l0, l1);
-            } else {
-              const u32 w0 = w[st], w1 = w[2 + st];
-              const u32 a0 = nib2m(w0, 0, magic), a1 = nib2m(w1, 0, magic), a2 = nib2m(w0, 1, magic);
-              const u32 a3 = nib2m(w1, 1, magic), e0 = nib2m(w0, 2, magic), e1 = nib2m(w1, 2, magic);
-              const u32 e2 = nib2m(w0, 3, magic), e3 = nib2m(w1, 3, magic);
-              mma_bf16(C[nt], a0, a1, a2, a3, h0, h1);
-              mma_bf16(D[nt], e0, e1, e2, e3, h0, h1);
-              if (!PK) {
-                mma_bf16(Cl[nt], a0, a1, a2, a3, l0, l1);
-                mma_bf16(Dl[nt], e0, e1, e2, e3, l0, l1);
+            for (int st = 0; st < 2; ++st) {
+              const u32 h0 = st ? bh.z : bh.x, h1 = st ? bh.w : bh.y;
+              const u32 l0 = st ? bl.z : bl.x, l1 = st ? bl.w : bl.y;
+              if (BITS == 4) {
+                const u32 a0 = nib2m(w[0], 2 * st, magic), a1 = nib2m(w[1], 2 * st, magic);
+                const u32 a2 = nib2m(w[0], 2 * st + 1, magic), a3 = nib2m(w[1], 2 * st + 1, magic);
+                mma_bf16(C[nt], a0, a1, a2, a3, h0, h1);
+                if (!PK) mma_bf16(Cl[nt], a0, a1, a2, a3, l0, l1);
+              } else {
+                const u32 w0 = w[st], w1 = w[2 + st];
+                const u32 a0 = nib2m(w0, 0, magic), a1 = nib2m(w1, 0, magic), a2 = nib2m(w0, 1, magic);
+                const u32 a3 = nib2m(w1, 1, magic), e0 = nib2m(w0, 2, magic), e1 = nib2m(w1, 2, magic);
+                const u32 e2 = nib2m(w0, 3, magic), e3 = nib2m(w1, 3, magic);
+                mma_bf16(C[nt], a0, a1, a2, a3, h0, h1);
+                mma_bf16(D[nt], e0, e1, e2, e3, h0, h1);
+                if (!PK) {
+                  mma_bf16(Cl[nt], a0, a1, a2, a3, l0, l1);
+                  mma_bf16(Dl[nt], e0, e1, e2, e3, l0, l1);
+                }
               }
             }
           }
         }
-      }
-      // group epilogue: scale, offset-corrected bias times the group's sum of x
-      float sc[2], bb[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float s_, b_;
-        if (SBT == 2) { s_ = __uint_as_float(sw[gi][h][0]); b_ = __uint_as_float(sw[gi][h][SBW - 1]); }
-        else if (SBT == 0) { s_ = f16_to_f32(sw[gi][h][0]); b_ = f16_to_f32(sw[gi][h][0] >> 16); }
-        else { s_ = bf16_to_f32(sw[gi][h][0]); b_ = bf16_to_f32(sw[gi][h][0] >> 16); }
-        sc[h] = s_;
-        bb[h] = fmaf(-OFF, s_, b_);
-      }
-      if (PK) {  // this thread: x row t, weight rows g (c 0, 1) and g + 8 (c 2, 3)
-        const float sxt = sx_s[t * GPB + gi];
+        // group epilogue: scale, offset-corrected bias times the group's sum of x
+        float sc[2], bb[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float cc = BITS == 4 ? C[0][2 * h] + C[0][2 * h + 1]
-                                     : fmaf(16.0f, D[0][2 * h] + D[0][2 * h + 1], C[0][2 * h] + C[0][2 * h + 1]);
-          acc[0][2 * h] = fmaf(bb[h], sxt, fmaf(sc[h], cc, acc[0][2 * h]));
+          float s_, b_;
+          if (SBT == 2) { s_ = __uint_as_float(sw[gi][h][0]); b_ = __uint_as_float(sw[gi][h][SBW - 1]); }
+          else if (SBT == 0) { s_ = f16_to_f32(sw[gi][h][0]); b_ = f16_to_f32(sw[gi][h][0] >> 16); }
+          else { s_ = bf16_to_f32(sw[gi][h][0]); b_ = bf16_to_f32(sw[gi][h][0] >> 16); }
+          sc[h] = s_;
+          bb[h] = fmaf(-OFF, s_, b_);
         }
-      } else {
+        const int gw = b * GPB + gi;  // group within the window
+        if (PK) {  // this thread: x row t, weight rows g (c 0, 1) and g + 8 (c 2, 3)
+          const float sxt = sx_s[t * GPW + gw];
 #pragma unroll
-        for (int nt = 0; nt < NTE; ++nt) {
-          const float sx0 = sx_s[(nt * 8 + 2 * t) * GPB + gi], sx1 = sx_s[(nt * 8 + 2 * t + 1) * GPB + gi];
+          for (int h = 0; h < 2; ++h) {
+            const float cc = BITS == 4 ? C[0][2 * h] + C[0][2 * h + 1]
+                                       : fmaf(16.0f, D[0][2 * h] + D[0][2 * h + 1], C[0][2 * h] + C[0][2 * h + 1]);
+            acc[0][2 * h] = fmaf(bb[h], sxt, fmaf(sc[h], cc, acc[0][2 * h]));
+          }
+        } else {
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const float cc = BITS == 4 ? C[nt][c] + Cl[nt][c] : fmaf(16.0f, D[nt][c] + Dl[nt][c], C[nt][c] + Cl[nt][c]);
-            acc[nt][c] = fmaf(bb[c >> 1], (c & 1) ? sx1 : sx0, fmaf(sc[c >> 1], cc, acc[nt][c]));
+          for (int nt = 0; nt < NTE; ++nt) {
+            const float sx0 = sx_s[(nt * 8 + 2 * t) * GPW + gw], sx1 = sx_s[(nt * 8 + 2 * t + 1) * GPW + gw];
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const float cc = BITS == 4 ? C[nt][c] + Cl[nt][c] : fmaf(16.0f, D[nt][c] + Dl[nt][c], C[nt][c] + Cl[nt][c]);
+              acc[nt][c] = fmaf(bb[c >> 1], (c & 1) ? sx1 : sx0, fmaf(sc[c >> 1], cc, acc[nt][c]));
+            }
           }
         }
       }
+      if (PF) {
+#pragma unroll
+        for (int j = 0; j < CW; ++j) cw[j] = cn[j];
+#pragma unroll
+        for (int i = 0; i < GPB; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int w = 0; w < SBW; ++w) sw[i][h][w] = sn[i][h][w];
+      } else if (more && b + 1 < WB) {
+        load(cw, sw);
+      }
     }
-    __syncthreads();  // the staged batch is free
+    __syncthreads();  // the staged window is free
+    if (!PF && wb + WIN < k1) load(cw, sw);  // the next window's first batch, in flight during its staging
   }
 
   // --- outputs: the segment's partials, or the rows themselves when K is one segment ---
@@ -391,117 +430,4 @@ extern "C" __global__ void __launch_bounds__(256) dense_gemv(const float* __rest
     acc = warp_sum(acc);
     if (lane == 0) y[(i64)n * ldy + m] = acc;
   }
-}
-
-// --- load-time repacking of canonical MLX-style packed words --------------------------------
-extern "C" __global__ void repack4(const u32* __restrict__ src, int M, int K, int Sp, u32* __restrict__ dst,
-                                   i64 total) {
-  const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= total) return;
-  const int S = K / 32, Sp2 = Sp / 2;
-  const int e = (int)(idx & 3), lane = (int)((idx >> 2) & 31);
-  const i64 rest = idx >> 7;
-  const int s = 2 * (int)(rest % Sp2) + (e >> 1);
-  const i64 T = rest / Sp2;
-  const int g = lane >> 2, t = lane & 3, half = e & 1;
-  const i64 m = T * 16 + g + 8 * half;
-  u32 out = 0u;
-  if (m < M && s < S) {
-    const u32 w = src[m * (K / 8) + 4 * s + t];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      out |= ((w >> (8 * i)) & 0xfu) << (4 * i);
-      out |= ((w >> (8 * i + 4)) & 0xfu) << (4 * (i + 4));
-    }
-  }
-  dst[idx] = out;
-}
-
-extern "C" __global__ void repack8(const u32* __restrict__ src, int M, int K, int Sp, u32* __restrict__ dst,
-                                   i64 total) {
-  const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= total) return;
-  const int S = K / 32;
-  const int e = (int)(idx & 3), lane = (int)((idx >> 2) & 31);
-  const i64 rest = idx >> 7;
-  const int s = (int)(rest % Sp);
-  const i64 T = rest / Sp;
-  const int g = lane >> 2, t = lane & 3, half = e >> 1, st = e & 1;
-  const i64 m = T * 16 + g + 8 * half;
-  u32 out = 0u;
-  if (m < M && s < S) {
-    const u32 w = src[m * (K / 4) + 8 * s + 2 * t + st];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const u32 byte = (w >> (8 * j)) & 0xffu;
-      const int lp = (j >> 1) + 4 * (j & 1);
-      out |= (byte & 0xfu) << (4 * lp);
-      out |= (byte >> 4) << (4 * (lp + 2));
-    }
-  }
-  dst[idx] = out;
-}
-
-// The code of weight (m, k) in the repacked layout.
-template <int BITS>
-DEV u32 code_at(const u32* __restrict__ codes, i64 m, int k, int Sp) {
-  const i64 T = m / 16;
-  const int r = (int)(m % 16), g = r & 7, half = r >> 3;
-  const int s = k / 32, t = (k % 32) / 8, j = k % 8;
-  const int lane = g * 4 + t;
-  if (BITS == 4) {
-    const u32 w = codes[((T * (Sp / 2) + s / 2) * 32 + lane) * 4 + (s & 1) * 2 + half];
-    const int p = (j >> 1) + 4 * (j & 1);
-    return (w >> (4 * p)) & 0xfu;
-  }
-  const int st = j >> 2, jj = j & 3;
-  const u32 w = codes[((T * Sp + s) * 32 + lane) * 4 + half * 2 + st];
-  const int lp = (jj >> 1) + 4 * (jj & 1);
-  return ((w >> (4 * lp)) & 0xfu) | (((w >> (4 * (lp + 2))) & 0xfu) << 4);
-}
-
-// Embedding rows of an affine table: out[n, k] = q * s + b in float32, exactly as numpy.
-// grid = (n, ceil(K / 256)), block = 256.
-template <int BITS>
-__global__ void embed_q(const int* __restrict__ ids, const u32* __restrict__ codes, const void* __restrict__ sb,
-                        int st_, int K, int Sp, int NG, int G, float* __restrict__ out) {
-  const int k = blockIdx.y * 256 + threadIdx.x;
-  if (k >= K) return;
-  const i64 m = ids[blockIdx.x];
-  const u32 q = code_at<BITS>(codes, m, k, Sp);
-  float s, b;
-  load_sb(sb, st_, ((m / 16) * NG + k / G) * 16 + (m % 16), s, b);
-  out[(i64)blockIdx.x * K + k] = __fadd_rn(__fmul_rn((float)q, s), b);
-}
-
-extern "C" __global__ void embed_dense(const int* __restrict__ ids, const float* __restrict__ table, int K,
-                                       float* __restrict__ out) {
-  const int k = blockIdx.y * 256 + threadIdx.x;
-  if (k >= K) return;
-  out[(i64)blockIdx.x * K + k] = table[(i64)ids[blockIdx.x] * K + k];
-}
-
-// Full dequantization (tests and the rare consumer that wants a float matrix).
-template <int BITS>
-__global__ void dequant(const u32* __restrict__ codes, const void* __restrict__ sb, int st_, int M, int K, int Sp, int NG,
-                        int G, float* __restrict__ out) {
-  const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= (i64)M * K) return;
-  const i64 m = idx / K;
-  const int k = (int)(idx % K);
-  const u32 q = code_at<BITS>(codes, m, k, Sp);
-  float s, b;
-  load_sb(sb, st_, ((m / 16) * NG + k / G) * 16 + (m % 16), s, b);
-  out[idx] = __fadd_rn(__fmul_rn((float)q, s), b);
-}
-
-// Random words for synthetic weights (splitmix64 of seed and index): no host round trip.
-extern "C" __global__ void fill_random_u32(u32* __restrict__ out, i64 n, u64 seed) {
-  const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  u64 z = seed + 0x9E3779B97F4A7C15ull * (u64)(i + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  out[i] = (u32)(z >> 16);
 }

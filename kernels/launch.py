@@ -38,7 +38,7 @@ def repack(packed, bits: int, M: int, K: int, Mp: int):
     Sp = padded_subgroups(K)
     total = (Mp // 16) * Sp * 32 * (2 if bits == 4 else 4)
     out = cupy.empty(total, cupy.uint32)
-    f = function("gemv.cu", "repack4" if bits == 4 else "repack8")
+    f = function("qlayout.cu", "repack4" if bits == 4 else "repack8")
     f(((total + 255) // 256,), (256,), (packed, i32(M), i32(K), i32(Sp), out, i64(total)))
     return out
 
@@ -169,19 +169,19 @@ def dense_gemv(W, M: int, K: int, x, x2, ldx: int, xm: int, y, nrows: int):
 
 def embed_q(ids, codes, sb, st: int, bits: int, K: int, group: int, out):
     n = len(ids)
-    f = function("gemv.cu", "embed_q<%d>" % bits)
+    f = function("qlayout.cu", "embed_q<%d>" % bits)
     Sp = padded_subgroups(K)
     f((n, (K + 255) // 256), (256,), (ids, codes, sb, i32(st), i32(K), i32(Sp), i32(Sp * 32 // group), i32(group),
                                       out))
 
 
 def embed_dense(ids, table, K: int, out):
-    f = function("gemv.cu", "embed_dense")
+    f = function("qlayout.cu", "embed_dense")
     f((len(ids), (K + 255) // 256), (256,), (ids, table, i32(K), out))
 
 
 def dequant(codes, sb, st: int, bits: int, M: int, K: int, group: int, out):
-    f = function("gemv.cu", "dequant<%d>" % bits)
+    f = function("qlayout.cu", "dequant<%d>" % bits)
     total = M * K
     Sp = padded_subgroups(K)
     f(((total + 255) // 256,), (256,), (codes, sb, i32(st), i32(M), i32(K), i32(Sp), i32(Sp * 32 // group),
@@ -189,7 +189,7 @@ def dequant(codes, sb, st: int, bits: int, M: int, K: int, group: int, out):
 
 
 def fill_random_u32(out, seed: int):
-    f = function("gemv.cu", "fill_random_u32")
+    f = function("qlayout.cu", "fill_random_u32")
     n = out.size
     f(((n + 255) // 256,), (256,), (out, i64(n), np.uint64(seed & ((1 << 64) - 1))))
 
@@ -321,14 +321,15 @@ def attn_prompt(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
 # --- what CI compiles ---------------------------------------------------------------------------
 def variants() -> list[tuple[str, str]]:
     """Every (file, kernel name) the launchers above can ask `function` for, from their own tables."""
-    gemv = ["repack4", "repack8", "dense_gemv", "embed_dense", "fill_random_u32"]
+    gemv = ["dense_gemv"]
+    layout = ["repack4", "repack8", "embed_dense", "fill_random_u32"] + [
+        f"{k}<{bits}>" for k in ("embed_q", "dequant") for bits in QMV_BITS]
     gemv += ["qmv<%d, %d, %d, %d, %d, 0, %d>" % (bits, group // 32, nt, xm, st, minb)
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_TILES for xm in QMV_INPUTS
              for st in QMV_SCALES for minb in ((2, 3) if bits == 4 and nt <= 1 else (2,))]
     gemv += ["qmv<%d, %d, %d, %d, %d, 1, 2>" % (bits, group // 32, nt, xm, st)
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_EXPERT_TILES for xm in (0, 1)
              for st in QMV_SCALES]  # the expert products (launch_qwen3_5.qmv_experts)
-    gemv += [f"{k}<{bits}>" for k in ("embed_q", "dequant") for bits in QMV_BITS]
     qgemm = ["qgemm<%d, %d>" % (group // 32, st) for group in QMV_GROUPS for st in QMV_SCALES]
     qgemm += ["qgemm_stage<%d>" % xm for xm in QMV_INPUTS] + ["qgemm_reduce"]
     elementwise = ["rmsnorm_rows", "gate_rows", "heads_out", "copy_slots"]
@@ -336,7 +337,8 @@ def variants() -> list[tuple[str, str]]:
     prompt = sorted({"attn_prompt<%d, %d, %d, %d, %d>" % (kv8, *prompt_shape(D, limit, kv8, f16)[:3], f16)
                      for kv8 in (0, 1) for f16 in (0, 1) for limit in DEVICE_SMEM for D in (64, 128, 256)})
     prompt += ["attn_prompt_merge"]
-    return ([("gemv.cu", n) for n in dict.fromkeys(gemv)] + [("elementwise.cu", n) for n in elementwise]
+    return ([("gemv.cu", n) for n in dict.fromkeys(gemv)] + [("qlayout.cu", n) for n in layout]
+            + [("elementwise.cu", n) for n in elementwise]
             + [("qgemm.cu", n) for n in qgemm]
             + [("attention.cu", n) for n in attention] + [("attn_prompt.cu", n) for n in prompt]
             + [("sampling.cu", "sample_rows"), ("timing.cu", "spin")])

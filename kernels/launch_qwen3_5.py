@@ -94,10 +94,19 @@ def gated_rmsnorm(x, z, ldz: int, w, y, D: int, eps: float, rows: int, heads: in
 
 
 # --- moe.cu ---------------------------------------------------------------------------------------
+ROUTE_TOP_K = 31  # the most choices moe.cu's route_row makes (a warp: one lane a choice, one for the shared)
+ROUTE_EXPERTS = 1024  # the most experts it routes over
+
+
+def _route_fits(k: int, E: int, what: str) -> None:
+    if k > ROUTE_TOP_K or E > ROUTE_EXPERTS:
+        raise ValueError(f"{what}: top-{k} of {E} experts is beyond the kernel "
+                         f"(k <= {ROUTE_TOP_K}, E <= {ROUTE_EXPERTS})")
+
+
 def moe_route(logits, ld: int, E: int, k: int, experts, weights, rows: int, gate=None, ldg: int = 0):
     """experts, weights [rows, k] (or k + 1 with the shared expert's gate logits: choice k is expert E)."""
-    if k > 31 or E > 1024:
-        raise ValueError(f"moe_route: top-{k} of {E} experts is beyond the kernel (k <= 31, E <= 1024)")
+    _route_fits(k, E, "moe_route")
     f = function("moe.cu", "moe_route")
     f((rows,), (32,), (logits, i64(ld), i32(E), i32(k), L._ptr(gate), i64(ldg), experts, weights))
 
@@ -150,14 +159,15 @@ ROUTE_SLOTS_SMEM = 48 * 1024  # its probabilities' shared bytes without an opt-i
 
 def route_slots_fit(n: int, E: int) -> bool:
     """Whether moe_route_slots takes n rows of E logits."""
-    return n <= ROUTE_SLOTS_ROWS and n * E * 4 <= ROUTE_SLOTS_SMEM and E <= 1024
+    return n <= ROUTE_SLOTS_ROWS and n * E * 4 <= ROUTE_SLOTS_SMEM and E <= ROUTE_EXPERTS
 
 
 def moe_route_slots(logits, ld: int, E: int, k: int, experts, weights, rows: int, ES: int, gate=None,
                     ldg: int = 0) -> Slots:
     """moe_route and moe_slots (over ES experts) of decode rows in one launch (route_slots_fit)."""
-    if k > 31 or not route_slots_fit(rows, E):
-        raise ValueError(f"moe_route_slots: {rows} rows, top-{k} of {E} experts is beyond the kernel")
+    _route_fits(k, E, "moe_route_slots")
+    if not route_slots_fit(rows, E):
+        raise ValueError(f"moe_route_slots: {rows} rows of {E} logits is beyond the kernel (route_slots_fit)")
     s = _slots(experts.size, ES)
     f = function("moe.cu", "moe_route_slots")
     f((1,), (1024,), (logits, i64(ld), i32(E), i32(k), L._ptr(gate), i64(ldg), experts, weights, i32(rows), i32(ES),

@@ -188,11 +188,10 @@ class Qwen3_5(Qwen3):
             logits = b.linear(h, layer["router"], rows.pad_to, rows.fp16)
             if "shared" in layer:
                 gate = b.linear(h, layer["shared_gate"], rows.pad_to, rows.fp16)
-        if layer.get("shared_routed"):  # expert E, one more choice of every row
+        if layer.get("shared_routed"):  # expert E, one more choice of every row, its gate in the routing
             experts, weights = b.moe_route(logits, self.cfg.top_k, gate)
-            gate = None
-        else:
-            experts, weights = b.moe_route(logits, self.cfg.top_k)
+            return b.moe_experts(h, layer["experts_gate_up"], layer["experts_down"], experts, weights, rows.prompt)
+        experts, weights = b.moe_route(logits, self.cfg.top_k)
         if "shared" in layer:  # added under its gate in the experts' combination
             shared = super().mlp(layer["shared"], h, rows)
         return b.moe_experts(h, layer["experts_gate_up"], layer["experts_down"], experts, weights, rows.prompt,

@@ -147,8 +147,8 @@ class Qwen35Ops:
 
     # --- MoE ------------------------------------------------------------------------------------
     def moe_route(self, logits, top_k: int, shared_gate=None):
-        """Decode rows (KQ.route_slots_fit) are routed and grouped by expert in one launch; the slots
-        wait for moe_experts of these experts (`_routed`)."""
+        """Up to KQ.route_slots_fit's rows (decode rows, a verify window) are routed and grouped by
+        expert in one launch; the slots wait for moe_experts of these experts (`_routed`)."""
         x, ld = self._q_rows(logits, 2)
         n, E = x.shape
         gate, ldg = self._q_rows(shared_gate, 2) if shared_gate is not None else (None, 0)
