@@ -194,7 +194,8 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
 
   for (int wb = k0; wb < k1; wb += WIN) {
     // --- stage the block's x rows of this window as bf16 hi/lo, with per-group sums of hi + lo ---
-    const int cpr = WB == 1 ? BATCH / 8 : min(WIN, (k1 - wb + BATCH - 1) / BATCH * BATCH) / 8;  // live pieces a row
+    // live pieces a row: whole batches up to k1 (a window of one batch: a constant divisor below)
+    const int cpr = WB == 1 ? BATCH / 8 : min(WIN, (k1 - wb + BATCH - 1) / BATCH * BATCH) / 8;
     for (int c0 = 0; c0 < nr * cpr; c0 += 256) {  // whole warps every pass: the shuffles need all lanes
       const int c = c0 + tid, r = c / cpr, j = c % cpr, k = wb + 8 * j;
       const bool here = c < nr * cpr;
@@ -286,11 +287,10 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
           }
 #pragma unroll
           for (int nt = 0; nt < NTE; ++nt) {
-            const bool on = !PK || g < zr;
-            const int col = (b * NSB + sl) * 32 + 8 * t;
-            const uint4 bh = on ? *(const uint4*)(xh + (nt * 8 + g) * PITCH + col) : make_uint4(0, 0, 0, 0);
+            const int col = (b * NSB + sl) * 32 + 8 * t;  // packed rows past zr: zero registers
+            const uint4 bh = !PK || g < zr ? *(const uint4*)(xh + (nt * 8 + g) * PITCH + col) : make_uint4(0, 0, 0, 0);
             uint4 bl = bh;
-            if (!PK) bl = on ? *(const uint4*)(xl + (nt * 8 + g) * PITCH + col) : make_uint4(0, 0, 0, 0);
+            if (!PK) bl = *(const uint4*)(xl + (nt * 8 + g) * PITCH + col);
 #pragma unroll
             for (int st = 0; st < 2; ++st) {
               const u32 h0 = st ? bh.z : bh.x, h1 = st ? bh.w : bh.y;
