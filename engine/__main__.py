@@ -338,6 +338,8 @@ def parser() -> argparse.ArgumentParser:
                    help="cells of one stream decoding after a prompt of N tokens (a chat with history)")
     b.add_argument("--profile", action="store_true",
                    help="the per-kernel breakdown of one decode step and one prompt chunk (GPU)")
+    b.add_argument("--no-pdl", action="store_true",
+                   help="graphs without programmatic dependent launches (GPU; the A/B of kernels/pdl.py)")
     b.set_defaults(fn=cmd_bench)
 
     st = sub.add_parser("bench-start", help="time from launch to ready and to the first token, by stage")

@@ -338,6 +338,9 @@ def main(a) -> int:
     drafted = replace(s, drafter=drafter, drafter_model=getattr(a, "drafter_model", None),
                       draft_tokens=a.draft_tokens).validate() if drafter != "none" else None
     lengths, streams = list(a.prompt_lengths), list(a.streams)
+    if getattr(a, "no_pdl", False):
+        from kernels.pdl import use_pdl
+        use_pdl(False)
     runner = build_runner(a, s, log)
     b, cfg = runner.backend, runner.loaded.config
     sched = runner.scheduler(s)
@@ -425,7 +428,8 @@ def main(a) -> int:
         print(format_profile(profile_chunk(runner, sched, start), b.name,
                              f"one prompt chunk of {s.prefill_chunk} rows at positions {start}.."))
     if b.name == "cupy":
+        from kernels.pdl import enabled as pdl_enabled
         g = b.graph_stats()
         print(f"decode graphs replayed: {g.captured} batch sizes captured, {len(g.failed)} failed, "
-              f"pool {g.pool_bytes / GIB:.2f} GiB")
+              f"pool {g.pool_bytes / GIB:.2f} GiB, programmatic launches {'on' if pdl_enabled() else 'off'}")
     return 0

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import pdl
+
 HERE = Path(__file__).resolve().parent
 _INCLUDE = re.compile(r'^[ \t]*#include[ \t]+"([^"]+)"[ \t]*$', re.M)
 _ONCE = re.compile(r"^[ \t]*#pragma[ \t]+once[ \t]*$", re.M)
@@ -95,7 +97,7 @@ def timing():
 class _Kernel:
     """One compiled kernel. Under `timing()` each launch is bracketed by events; with
     LANECHAT_KERNEL_SYNC=1 (debug) it synchronises after each launch and names itself in the error;
-    neither while its stream is being captured into a graph."""
+    neither while its stream is being captured into a graph, where launches are programmatic."""
 
     def __init__(self, kernel, name: str, checked: bool):
         self.kernel, self.name, self.checked = kernel, name, checked
@@ -110,11 +112,11 @@ class _Kernel:
             self._smem = n
 
     def __call__(self, grid, block, args, **kw):
-        if _timer is None and not self.checked:
-            return self.kernel(grid, block, args, **kw)
         import cupy
         s = cupy.cuda.get_current_stream()
         if s.ptr and s.is_capturing():
+            return self._captured(grid, block, args, s, **kw)
+        if _timer is None and not self.checked:
             return self.kernel(grid, block, args, **kw)
         timer = _timer
         if timer is not None:
@@ -129,6 +131,13 @@ class _Kernel:
                 s.synchronize()
             except Exception as e:
                 raise RuntimeError(f"kernel {self.name} grid={grid} block={block}: {e}") from e
+
+    def _captured(self, grid, block, args, s, shared_mem: int = 0) -> None:
+        """A launch into a graph: programmatic (kernels.pdl) where the driver has it."""
+        if pdl.enabled():
+            pdl.launch(self.kernel.kernel.ptr, grid, block, args, shared_mem, s.ptr)
+        else:
+            self.kernel(grid, block, args, shared_mem=shared_mem)
 
 
 @lru_cache(maxsize=None)

@@ -29,6 +29,7 @@ __global__ void __launch_bounds__(64) kv_write(const float* __restrict__ k, i64 
                                                int tw, int pt, int KH, int D, void* __restrict__ kc,
                                                void* __restrict__ vc, float* __restrict__ ksc,
                                                float* __restrict__ vsc) {
+  PDL_ENTRY;
   __shared__ float buf[2][256];
   const int row = blockIdx.x, kh = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int pos = positions[row];
@@ -162,6 +163,7 @@ __global__ void __launch_bounds__(256, 3) attn_decode(const float* __restrict__ 
                                                    int D, float scale, float* __restrict__ part,
                                                    float* __restrict__ gpart, int nch, int* __restrict__ counters,
                                                    float* __restrict__ out) {
+  PDL_ENTRY;
   extern __shared__ __align__(16) float sm[];
   __shared__ float m_s[16], l_s[16];
   __shared__ i64 slot_s[CHUNK];

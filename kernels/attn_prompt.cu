@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(32 * NW) attn_prompt(const float* __restrict__
                                                        const float* __restrict__ ksc, const float* __restrict__ vsc,
                                                        int KH, int G, int D, float scale, int n, int KS,
                                                        float* __restrict__ part) {
+  PDL_ENTRY;
   constexpr int QV = 16 * NW, P = DT + 8, NS = BK / 8, NO = DT / 8;  // P: row pitch in bf16
   const float NEG = -__int_as_float(0x7f800000);
   constexpr int NB = KV8 ? 1 : 2;  // tile buffers: bf16 ones double-buffered through cp.async
@@ -259,6 +260,7 @@ __global__ void __launch_bounds__(32 * NW) attn_prompt(const float* __restrict__
 extern "C" __global__ void __launch_bounds__(256) attn_prompt_merge(const float* __restrict__ part,
                                                                     const int* __restrict__ positions, int S, int KS,
                                                                     int H, int D, float* __restrict__ out) {
+  PDL_ENTRY;
   const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   const int ns = positions[row] / KS + 1;
   const float* p = part + ((i64)row * H + h) * S * (D + 2);

@@ -15,6 +15,18 @@ typedef unsigned long long u64;
 #define DEV __device__ __forceinline__
 #define FULL_MASK 0xffffffffu
 
+// Programmatic dependent launch (sm_90+; a no-op where the launch did not ask for it). A kernel a
+// graph launches this way is resident before the one ahead of it ends. PDL_ENTRY waits for that
+// kernel's writes, then lets the next kernel launch: at most two grids overlap, and every read of
+// the previous kernel's outputs and every write still follows it. Every kernel runs it before its
+// first such access (tests/test_kernels_pdl.py checks that each one has it); only reads of weights,
+// which nothing writes, may come first.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_ENTRY asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define PDL_ENTRY ((void)0)
+#endif
+
 // --- 16-bit floats --------------------------------------------------------------------------
 DEV float bf16_to_f32(u32 h) { return __uint_as_float((h & 0xffffu) << 16); }
 

@@ -59,6 +59,7 @@ __global__ void __launch_bounds__(256) conv1d_step(const float* __restrict__ x, 
                                                    i64 ldb, const float* __restrict__ a_log,
                                                    const float* __restrict__ dt_bias, float* __restrict__ g,
                                                    float* __restrict__ beta, int Hv, int W, int stride) {
+  PDL_ENTRY;
   const i64 r0 = (i64)blockIdx.y * W;  // the stream's first row
   if (a != nullptr && blockIdx.x == gridDim.x - 1) {
     for (int e = threadIdx.x; e < W * Hv; e += 256) {
@@ -100,6 +101,7 @@ template <int K>
 __global__ void __launch_bounds__(256) conv1d_prompt(const float* __restrict__ x, i64 ldx,
                                                      const float* __restrict__ w, float* __restrict__ state,
                                                      int slot, float* __restrict__ out, int C, int T) {
+  PDL_ENTRY;
   const int c = blockIdx.x * 256 + threadIdx.x, t0 = blockIdx.y * CONV_ROWS, t1 = min(T, t0 + CONV_ROWS);
   if (c >= C) return;
   float* st = state + ((i64)slot * C + c) * (K - 1);
@@ -121,6 +123,7 @@ __global__ void __launch_bounds__(256) conv1d_prompt(const float* __restrict__ x
 extern "C" __global__ void deltanet_gates(const float* __restrict__ a, i64 lda, const float* __restrict__ b, i64 ldb,
                                           const float* __restrict__ a_log, const float* __restrict__ dt_bias,
                                           float* __restrict__ g, float* __restrict__ beta, int Hv, i64 total) {
+  PDL_ENTRY;
   const i64 idx = (i64)blockIdx.x * 256 + threadIdx.x;
   if (idx >= total) return;
   const i64 i = idx / Hv;
@@ -169,6 +172,7 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
                   const float* __restrict__ v, i64 ldv, const float* __restrict__ g, const float* __restrict__ beta,
                   float* __restrict__ state, const int* __restrict__ lanes, int slots, float* __restrict__ out, int T,
                   int stride, int Hk, int Hv, int Dv, float qscale) {
+  PDL_ENTRY;
   // A part's rows sit at stride P (4 floats of padding) so the G parts of a warp read distinct banks.
   constexpr int R = DK / G, P = R + 4, DP = G * P;
   __shared__ __align__(16) float qs[SCAN_TILE * DP];
@@ -273,6 +277,7 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
 // row stride ldz (heads contiguous), w [D]; y [n, H, D]. grid = (n, H), block = 32.
 extern "C" __global__ void gated_rmsnorm(const float* __restrict__ x, const float* __restrict__ z, i64 ldz,
                                          const float* __restrict__ w, float* __restrict__ y, int D, float eps) {
+  PDL_ENTRY;
   const i64 i = blockIdx.x;
   const int h = blockIdx.y, H = gridDim.y, lane = threadIdx.x;
   const float* xr = x + (i * H + h) * D;

@@ -31,6 +31,7 @@ template <int DK>
 __global__ void __launch_bounds__(256)
     dn_chunk_norm(const float* __restrict__ q, i64 ldq, const float* __restrict__ k, i64 ldk,
                   float* __restrict__ qn, float* __restrict__ kn, int T, int Hk, float qscale) {
+  PDL_ENTRY;
   const i64 e = (i64)blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (e >= (i64)T * Hk) return;
@@ -142,6 +143,7 @@ __global__ void __launch_bounds__(256)
                   const float* __restrict__ g, const float* __restrict__ beta, float* __restrict__ Wm,
                   float* __restrict__ Um, float* __restrict__ Pm, float* __restrict__ gm, int T, int Hk, int Hv,
                   int Dv) {
+  PDL_ENTRY;
   constexpr int KT = DnTile<DK>::KT, KP = KT + 1;  // odd row stride: the column reads K̂[j][d] hit distinct banks
   constexpr int REGION = 2 * DN_C * KP > DN_C * 65 ? 2 * DN_C * KP : DN_C * 65;
   __shared__ float gs[DN_C], bs[DN_C];
@@ -331,6 +333,7 @@ __global__ void __launch_bounds__(256)
     dn_chunk_state(const float* __restrict__ qn, const float* __restrict__ kn, const float* __restrict__ Wm,
                    const float* __restrict__ Um, const float* __restrict__ Pm, const float* __restrict__ gm,
                    float* __restrict__ state, int slot, float* __restrict__ out, int T, int Hk, int Hv, int Dv) {
+  PDL_ENTRY;
   using Stream = DnStream<DK>;
   constexpr int KT = Stream::KT, ND = Stream::ND, NT = Stream::NT, DPT = KT / 8;  // phase 3: DPT rows a thread
   __shared__ __align__(16) float Ss[DK * DN_COLS];

@@ -20,6 +20,7 @@ extern "C" __global__ void __launch_bounds__(256) rmsnorm_rows(const float* __re
                                                                const float* __restrict__ res, i64 ldr,
                                                                const float* __restrict__ w, float* __restrict__ y,
                                                                float* __restrict__ h, int H, float eps) {
+  PDL_ENTRY;
   __shared__ float red[8];
   const i64 row = blockIdx.x;
   const float* xr = x + row * ldx;
@@ -43,6 +44,7 @@ extern "C" __global__ void __launch_bounds__(256) rmsnorm_rows(const float* __re
 // out[n, j] = silu(g[n, j]) * u[n, j] (mode 0) or x * sigmoid(gate) (mode 1). grid = (n, ceil(J/256)).
 extern "C" __global__ void gate_rows(const float* __restrict__ a, i64 lda, const float* __restrict__ b, i64 ldb,
                                      float* __restrict__ out, int J, int mode) {
+  PDL_ENTRY;
   const int j = blockIdx.y * 256 + threadIdx.x;
   if (j >= J) return;
   const i64 n = blockIdx.x;
@@ -55,6 +57,7 @@ extern "C" __global__ void gate_rows(const float* __restrict__ a, i64 lda, const
 extern "C" __global__ void heads_out(const float* __restrict__ x, i64 s0, i64 s1, int D,
                                      const float* __restrict__ nw, float eps, const int* __restrict__ pos,
                                      const double* __restrict__ inv, int half, float* __restrict__ out) {
+  PDL_ENTRY;
   __shared__ float buf[1024];
   const int row = blockIdx.x, head = blockIdx.y, heads = gridDim.y, lane = threadIdx.x;
   load_head(buf, x, (i64)row * s0 + (i64)head * s1, D, nw, eps, pos, row, inv, half, lane);
@@ -67,6 +70,7 @@ extern "C" __global__ void heads_out(const float* __restrict__ x, i64 s0, i64 s1
 extern "C" __global__ void __launch_bounds__(256) copy_slots(const u64* __restrict__ src, const u64* __restrict__ dst,
                                                             const i64* __restrict__ size, const int* __restrict__ sslot,
                                                             const int* __restrict__ dslot) {
+  PDL_ENTRY;
   const int j = blockIdx.y, a = blockIdx.z;
   const i64 n = size[a], step = (i64)gridDim.x * 256;
   const float* s = (const float*)src[a] + sslot[j] * n;

@@ -118,6 +118,7 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
                                            float* __restrict__ part, float* __restrict__ sspart,
                                            int* __restrict__ counters, const int* __restrict__ slots, int kx,
                                            i64 ecodes, i64 esb) {
+  if (EX) PDL_ENTRY;  // the slots come from the routing kernel
   using Sh = QmvShape<BITS, SUB, NT, MINB>;
   constexpr int R = Sh::R, SR = Sh::SR, BATCH = Sh::BATCH, PITCH = Sh::PITCH, GPB = Sh::GPB, CW = Sh::CW;
   constexpr int WIN = Sh::WIN, WB = Sh::WB, NSB = Sh::NSB;
@@ -191,6 +192,7 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
   uint4 cw[CW], cn[CW];  // cn, sn: the next batch (PF only)
   u32 sw[GPB][2][SBW], sn[GPB][2][SBW];
   if (k0 < k1) load(cw, sw);  // in flight during the first staging
+  if (!EX) PDL_ENTRY;  // the first batch of weights is read while the previous kernel ends
 
   for (int wb = k0; wb < k1; wb += WIN) {
     // --- stage the block's x rows of this window as bf16 hi/lo, with per-group sums of hi + lo ---
@@ -417,6 +419,7 @@ extern "C" __global__ void __launch_bounds__(256) dense_gemv(const float* __rest
                                                              const float* __restrict__ x, const float* __restrict__ x2,
                                                              i64 ldx, int xm, float* __restrict__ y, i64 ldy,
                                                              int nrows) {
+  PDL_ENTRY;
   const int m = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (m >= M) return;
   const float* w = W + (i64)m * K;

@@ -53,6 +53,7 @@ DEV void route_row(const float* __restrict__ x, int E, int k, const float* __res
 extern "C" __global__ void moe_route(const float* __restrict__ logits, i64 ld, int E, int k,
                                      const float* __restrict__ gate, i64 ldg, int* __restrict__ experts,
                                      float* __restrict__ weights) {
+  PDL_ENTRY;
   __shared__ float p_s[1024];  // the probabilities, computed once for the k selection rounds
   const i64 row = blockIdx.x;
   const int kk = gate != nullptr ? k + 1 : k;
@@ -97,6 +98,7 @@ DEV void build_slots(const int* experts, int nk, int E, int R, int* __restrict__
 // grid = 1, block = 1024.
 extern "C" __global__ void moe_slots(const int* __restrict__ experts, int nk, int E, int R, int* __restrict__ slots,
                                      int Z) {
+  PDL_ENTRY;
   build_slots(experts, nk, E, R, slots, Z);
 }
 
@@ -107,6 +109,7 @@ extern "C" __global__ void moe_route_slots(const float* __restrict__ logits, i64
                                            const float* __restrict__ gate, i64 ldg, int* experts,
                                            float* __restrict__ weights, int n, int ES, int R,
                                            int* __restrict__ slots, int Z) {
+  PDL_ENTRY;
   extern __shared__ float p_all[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, kk = gate != nullptr ? k + 1 : k;
   if (warp < n)
@@ -135,6 +138,7 @@ __global__ void __launch_bounds__(256) moe_gemv(const void* __restrict__ W, cons
                                                 const int* __restrict__ experts, int k,
                                                 const float* __restrict__ x, i64 ldx, int xj,
                                                 float* __restrict__ y, int M, int K, int group) {
+  PDL_ENTRY;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int m = blockIdx.x * 8 + warp;
   if (m >= M) return;
@@ -171,6 +175,7 @@ __global__ void __launch_bounds__(256) moe_gemv(const void* __restrict__ W, cons
 
 // act[rj, i] = silu(gu[rj, i])·gu[rj, I + i] (the first I outputs are the gate). grid = (n·k, ceil(I/256)).
 extern "C" __global__ void moe_swiglu(const float* __restrict__ gu, float* __restrict__ act, int I) {
+  PDL_ENTRY;
   const int i = blockIdx.y * 256 + threadIdx.x;
   if (i >= I) return;
   const i64 rj = blockIdx.x;
@@ -183,6 +188,7 @@ extern "C" __global__ void moe_swiglu(const float* __restrict__ gu, float* __res
 extern "C" __global__ void moe_combine(const float* __restrict__ y, const float* __restrict__ weights, int k,
                                        const float* __restrict__ shared, i64 lds, const float* __restrict__ gate,
                                        i64 ldg, float* __restrict__ out, int H) {
+  PDL_ENTRY;
   const int h = blockIdx.y * 256 + threadIdx.x;
   if (h >= H) return;
   const i64 r = blockIdx.x;

@@ -59,6 +59,7 @@ __global__ void __launch_bounds__(256) qgemm_stage(const float* __restrict__ x, 
                                                    i64 ldx2, const float* __restrict__ nw, float eps,
                                                    float* __restrict__ hout, i64 ldh, int K, int Kp,
                                                    u32* __restrict__ xs, float* __restrict__ rf) {
+  PDL_ENTRY;
   __shared__ float red[2][8];
   const int row = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   x += row * ldx;
@@ -126,6 +127,7 @@ __global__ void __launch_bounds__(256, 1) qgemm(const u32* __restrict__ codes, c
                                                const u32* __restrict__ xs, const float* __restrict__ rf,
                                                float* __restrict__ y, i64 ldy, float* __restrict__ part, int rows,
                                                int M, int Sp, int KB) {
+  PDL_ENTRY;
   using Sh = QgShape<SUB, SBT>;
   constexpr int SBW = Sh::SBW, NG = Sh::NG, SWORDS = Sh::SWORDS;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -236,6 +238,7 @@ __global__ void __launch_bounds__(256, 1) qgemm(const u32* __restrict__ codes, c
 // The segments' sums in order, times the row factors. grid = (ceil(M / 256), rows), block = 256.
 extern "C" __global__ void qgemm_reduce(const float* __restrict__ part, int P, int rows, int M,
                                         const float* __restrict__ rf, float* __restrict__ y, i64 ldy) {
+  PDL_ENTRY;
   const int m = blockIdx.x * 256 + threadIdx.x, n = blockIdx.y;
   if (m >= M) return;
   float v = 0.0f;

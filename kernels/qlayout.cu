@@ -6,6 +6,7 @@
 // --- load-time repacking of canonical MLX-style packed words --------------------------------
 extern "C" __global__ void repack4(const u32* __restrict__ src, int M, int K, int Sp, u32* __restrict__ dst,
                                    i64 total) {
+  PDL_ENTRY;
   const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   const int S = K / 32, Sp2 = Sp / 2;
@@ -29,6 +30,7 @@ extern "C" __global__ void repack4(const u32* __restrict__ src, int M, int K, in
 
 extern "C" __global__ void repack8(const u32* __restrict__ src, int M, int K, int Sp, u32* __restrict__ dst,
                                    i64 total) {
+  PDL_ENTRY;
   const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   const int S = K / 32;
@@ -75,6 +77,7 @@ DEV u32 code_at(const u32* __restrict__ codes, i64 m, int k, int Sp) {
 template <int BITS>
 __global__ void embed_q(const int* __restrict__ ids, const u32* __restrict__ codes, const void* __restrict__ sb,
                         int st_, int K, int Sp, int NG, int G, float* __restrict__ out) {
+  PDL_ENTRY;
   const int k = blockIdx.y * 256 + threadIdx.x;
   if (k >= K) return;
   const i64 m = ids[blockIdx.x];
@@ -86,6 +89,7 @@ __global__ void embed_q(const int* __restrict__ ids, const u32* __restrict__ cod
 
 extern "C" __global__ void embed_dense(const int* __restrict__ ids, const float* __restrict__ table, int K,
                                        float* __restrict__ out) {
+  PDL_ENTRY;
   const int k = blockIdx.y * 256 + threadIdx.x;
   if (k >= K) return;
   out[(i64)blockIdx.x * K + k] = table[(i64)ids[blockIdx.x] * K + k];
@@ -95,6 +99,7 @@ extern "C" __global__ void embed_dense(const int* __restrict__ ids, const float*
 template <int BITS>
 __global__ void dequant(const u32* __restrict__ codes, const void* __restrict__ sb, int st_, int M, int K, int Sp, int NG,
                         int G, float* __restrict__ out) {
+  PDL_ENTRY;
   const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= (i64)M * K) return;
   const i64 m = idx / K;
@@ -107,6 +112,7 @@ __global__ void dequant(const u32* __restrict__ codes, const void* __restrict__ 
 
 // Random words for synthetic weights (splitmix64 of seed and index): no host round trip.
 extern "C" __global__ void fill_random_u32(u32* __restrict__ out, i64 n, u64 seed) {
+  PDL_ENTRY;
   const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   u64 z = seed + 0x9E3779B97F4A7C15ull * (u64)(i + 1);

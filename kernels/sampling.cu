@@ -117,6 +117,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* __re
                                                                const int* __restrict__ mode,
                                                                const double* __restrict__ par,
                                                                int* __restrict__ out) {
+  PDL_ENTRY;
   __shared__ u32 hist[256];
   __shared__ u32 sel[2];
   __shared__ u32 count;
