@@ -163,7 +163,6 @@ __global__ void __launch_bounds__(256, 3) attn_decode(const float* __restrict__ 
                                                    int D, float scale, float* __restrict__ part,
                                                    float* __restrict__ gpart, int nch, int* __restrict__ counters,
                                                    float* __restrict__ out) {
-  PDL_ENTRY;
   extern __shared__ __align__(16) float sm[];
   __shared__ float m_s[16], l_s[16];
   __shared__ i64 slot_s[CHUNK];
@@ -173,7 +172,12 @@ __global__ void __launch_bounds__(256, 3) attn_decode(const float* __restrict__ 
   const int H = KH * G, NT = (G + 7) / 8;  // n-tiles of 8 heads
   const int pos = positions[row];
   const int L = pos + 1, nvalid = (L + CHUNK - 1) / CHUNK;
-  if (c >= nvalid) return;
+  if (c >= nvalid) return;  // an empty chunk: before any dependent access
+  // With the new K/V written here, the kernel before wrote no cache: the tables (the host's) and the
+  // older keys (earlier steps') are read before the wait. Without (a verify window, whose kv_write
+  // runs just before), the wait comes first.
+  const bool early = kn != nullptr;
+  if (!early) PDL_ENTRY;
   const int PW = D / 2 + 4, QP = D + 8, SP = CHUNK + 8;  // pitches: bf16 words of a key, floats of q and p
   u32* kt = (u32*)sm;                      // [CHUNK][PW] bf16 (fp8 decoded: exact)
   u32* vt = kt + CHUNK * PW;               // [CHUNK][PW]
@@ -216,6 +220,7 @@ __global__ void __launch_bounds__(256, 3) attn_decode(const float* __restrict__ 
     ksc_s[tid] = tid < nk ? ksc[slot_s[tid] * KH + kh] : 0.0f;
     vsc_s[tid] = tid < nk ? vsc[slot_s[tid] * KH + kh] : 0.0f;
   }
+  if (early) PDL_ENTRY;  // q and the new K/V come from the kernel before
   if (KV8) {
 #pragma unroll
     for (int i = 0; i < FP; ++i) {

@@ -19,8 +19,10 @@ typedef unsigned long long u64;
 // graph launches this way is resident before the one ahead of it ends. PDL_ENTRY waits for that
 // kernel's writes, then lets the next kernel launch: at most two grids overlap, and every read of
 // the previous kernel's outputs and every write still follows it. Every kernel runs it before its
-// first such access (tests/test_kernels_pdl.py checks that each one has it); only reads of weights,
-// which nothing writes, may come first.
+// first such access (tests/test_kernels_pdl.py checks that each one has it). Only reads of what the
+// kernel just before does not write may come first: weights, host-written tables, caches and states
+// written two or more kernels back (the kernel before waited for those to finish before this one
+// could launch).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define PDL_ENTRY asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
 #else

@@ -172,7 +172,6 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
                   const float* __restrict__ v, i64 ldv, const float* __restrict__ g, const float* __restrict__ beta,
                   float* __restrict__ state, const int* __restrict__ lanes, int slots, float* __restrict__ out, int T,
                   int stride, int Hk, int Hv, int Dv, float qscale) {
-  PDL_ENTRY;
   // A part's rows sit at stride P (4 floats of padding) so the G parts of a warp read distinct banks.
   constexpr int R = DK / G, P = R + 4, DP = G * P;
   __shared__ __align__(16) float qs[SCAN_TILE * DP];
@@ -188,6 +187,7 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
   float s[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) s[r] = on ? S[(i64)(part * R + r) * Dv + j] : 0.0f;
+  PDL_ENTRY;  // the state (the last scan's, two kernels back at least) is read; the rows come from the conv
   for (int t0 = 0; t0 < T; t0 += SCAN_TILE) {
     const int nt = min(SCAN_TILE, T - t0);
     const i64 row0 = (i64)seq * T + t0;

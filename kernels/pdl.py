@@ -37,6 +37,7 @@ def use_pdl(on: bool) -> bool:
 
 
 def enabled() -> bool:
+    """Whether graph captures launch programmatically: switched on and the driver has the call."""
     return _enabled and _launcher() is not None
 
 
@@ -80,10 +81,9 @@ _ATTR.value[0] = 1  # programmaticStreamSerializationAllowed
 
 def launch(function_ptr: int, grid, block, args, smem: int, stream: int) -> None:
     """Launch one kernel on `stream` with programmatic stream serialization."""
-    attr = _ATTR
-    held = [param(a) for a in args]
+    held = [param(a) for a in args]  # alive until the driver has copied them
     ptrs = (ctypes.c_void_p * max(1, len(held)))(*map(ctypes.addressof, held))
-    cfg = config(grid, block, smem, stream, attr)
+    cfg = config(grid, block, smem, stream, _ATTR)
     rc = _launcher()(ctypes.byref(cfg), ctypes.c_void_p(function_ptr), ptrs, None)
     if rc != 0:
         raise RuntimeError(f"cuLaunchKernelEx failed (CUresult {rc})")

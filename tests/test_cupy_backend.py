@@ -171,15 +171,19 @@ def test_model_on_gpu_matches_numpy(gb, name, kv_dtype, precision):
 
 # --- CUDA graphs and batch invariance ------------------------------------------------------------------
 @gpu_test
-def test_graph_decode_equals_eager_and_solo_equals_batched(gb):
+@pytest.mark.parametrize("name,kv_dtype", [("smollm2-135m", "bf16"), ("tiny-qwen3.5", "fp8"),
+                                           ("tiny-qwen3.5-moe", "bf16")])
+def test_graph_decode_equals_eager_and_solo_equals_batched(gb, name, kv_dtype):
+    """Graphs launch their kernels programmatically (kernels/pdl.py), eager steps do not: the same
+    tokens say that no kernel read its inputs before the one ahead of it wrote them."""
     from engine.engine import run_to_end
     from engine.scheduler import Sequence
-    model = synthetic("smollm2-135m", seed=5)
+    model = synthetic(name, seed=5)
     prompts = [[1] + list(np.random.default_rng(i).integers(16, 272, 20 + 37 * i)) for i in range(5)]
 
     def run(graphs: bool, group: list[int]):
         gb.graphs = graphs
-        sched = scheduler(model, gb, parallel=8, paging="all", page_tokens=16)
+        sched = scheduler(model, gb, parallel=8, paging="all", page_tokens=16, kv_dtype=kv_dtype)
         seqs = [Sequence(i, list(prompts[i]), len(prompts[i]),
                          SamplingParams(temperature=0, max_tokens=20, ignore_eos=True), lambda e: None,
                          TextStream(sched.tok.stream(), [])) for i in group]
