@@ -1,8 +1,9 @@
 """Programmatic dependent launch: a graph's kernel becomes resident while the one ahead of it still
 runs, so the launch and the block dispatch between two decode kernels overlap the first one's tail.
 CuPy's launch takes no launch attributes, so these launches go through the driver's cuLaunchKernelEx.
-The kernels keep their order: each starts with PDL_ENTRY (common.cuh), which waits for the previous
-kernel's writes before anything else.
+The kernels keep their order: each runs PDL_ENTRY (common.cuh), which waits for the previous
+kernel's writes, before it reads any of them or writes anything; only reads of what that kernel does
+not write (weights, tables, older keys, states) may come first.
 """
 from __future__ import annotations
 
