@@ -127,7 +127,7 @@ def add_kv(p: argparse.ArgumentParser, parallel: int = 1, context: int = 4096,
     p.add_argument("--memory-gib", type=number(0, MAX_MEMORY_GIB, open_low=True),
                    help="KV memory budget (default: a safe share of free memory)")
     p.add_argument("--prefill-chunk", type=power_of_two(1, MAX_PREFILL_CHUNK), default=0,
-                   help="rows a prompt chunk runs (default: the backend's, 512 on the GPU and 128 on the CPU)")
+                   help="rows a prompt chunk runs (default: the backend's, 1024 on the GPU and 128 on the CPU)")
     add_prefill_precision(p)
     p.add_argument("--prompt-cache-gib", type=number(0, MAX_MEMORY_GIB), default=0.0,
                    help="pool pages the prompt cache may keep for reuse (part of the KV budget; 0 = off)")
@@ -340,6 +340,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the per-kernel breakdown of one decode step and one prompt chunk (GPU)")
     b.add_argument("--no-pdl", action="store_true",
                    help="graphs without programmatic dependent launches (GPU; the A/B of kernels/pdl.py)")
+    b.add_argument("--prompt-gemm", choices=("auto", "qgemm", "cublas"), default="auto",
+                   help="fp16 prompt products (GPU): the device's choice, qgemm, or cuBLAS over a dequantized copy")
     b.set_defaults(fn=cmd_bench)
 
     st = sub.add_parser("bench-start", help="time from launch to ready and to the first token, by stage")

@@ -343,12 +343,15 @@ def main(a) -> int:
         use_pdl(False)
     runner = build_runner(a, s, log)
     b, cfg = runner.backend, runner.loaded.config
+    if getattr(a, "prompt_gemm", "auto") != "auto" and b.name == "cupy":
+        b.prompt_gemm = a.prompt_gemm
     sched = runner.scheduler(s)
     s = sched.s  # the backend's prefill chunk filled in
     bw = copy_bandwidth(b)
     wbytes = step_weight_bytes(runner.model, 0)
+    gemm = f", {b.prompt_gemm}" if s.prefill_precision == "fp16" and hasattr(b, "prompt_gemm") else ""
     print(f"bench: {runner.loaded.name} on {b.name} ({b.device}), {s.kv_dtype} KV, parallel {s.parallel}, "
-          f"context {s.context}, prefill chunk {s.prefill_chunk} ({s.prefill_precision})")
+          f"context {s.context}, prefill chunk {s.prefill_chunk} ({s.prefill_precision}{gemm})")
     print(sched.plan.line)
     rate, rate_what = gemm_rate(b)
     if cfg.state_bytes_per_stream():

@@ -139,10 +139,8 @@ def qgemm_smem(group: int, st: int) -> int:
     return QG_STAGES * (QG_ROWS * 64 * 2 + 8 * 32 * 16 + 8 * ng * 16 * QG_SCALE_WORDS[st] * 4)
 
 
-def qgemm(codes, sb, st: int, group: int, M: int, K: int, x, ldx: int, y, nrows: int, chunk: int, xm: int = 0,
-          x2=None, ldx2: int = 0, nw=None, eps: float = 0.0, hout=None, ldh: int = 0):
-    """y[:nrows, :M] = f(x) @ W^T for repacked 4-bit W on tensor cores (prompt chunks of `chunk`
-    rows), with f by xm as in qmv; x staged once as fp16 rows with power-of-two scales."""
+def _qgemm_stage(x, ldx: int, K: int, nrows: int, xm: int, x2, ldx2: int, nw, eps: float, hout, ldh: int):
+    """(xs, rf): the x rows staged once as fp16 with power-of-two scales, and the row factors."""
     import cupy
     Sp = padded_subgroups(K)
     xs = cupy.empty((nrows, Sp * 16), cupy.uint32)
@@ -150,16 +148,78 @@ def qgemm(codes, sb, st: int, group: int, M: int, K: int, x, ldx: int, y, nrows:
     function("qgemm.cu", "qgemm_stage<%d>" % xm)(
         (nrows,), (256,), (x, i64(ldx), _ptr(x2), i64(ldx2), _ptr(nw), f32(eps), _ptr(hout), i64(ldh), i32(K),
                            i32(Sp * 32), xs, rf))
+    return xs, rf
+
+
+def _qgemm_scale(part, P: int, nrows: int, M: int, rf, y):
+    function("qgemm.cu", "qgemm_reduce")((-(-M // 256), nrows), (256,),
+                                         (part, i32(P), i32(nrows), i32(M), rf, y, i64(y.shape[1])))
+
+
+def qgemm(codes, sb, st: int, group: int, M: int, K: int, x, ldx: int, y, nrows: int, chunk: int, xm: int = 0,
+          x2=None, ldx2: int = 0, nw=None, eps: float = 0.0, hout=None, ldh: int = 0):
+    """y[:nrows, :M] = f(x) @ W^T for repacked 4-bit W on tensor cores (prompt chunks of `chunk`
+    rows), with f by xm as in qmv; x staged once as fp16 rows with power-of-two scales."""
+    import cupy
+    xs, rf = _qgemm_stage(x, ldx, K, nrows, xm, x2, ldx2, nw, eps, hout, ldh)
     KB, P = qgemm_split(M, K, chunk)
     part = cupy.empty(P * nrows * M, cupy.float32) if P > 1 else None
     f = function("qgemm.cu", "qgemm<%d, %d>" % (group // 32, st))
     smem = qgemm_smem(group, st)
     f.allow_smem(smem)
     f((-(-M // QG_ROWS), -(-nrows // QG_ROWS), P), (256,),
-      (codes, sb, xs, rf, y, i64(y.shape[1]), _ptr(part), i32(nrows), i32(M), i32(Sp), i32(KB)), shared_mem=smem)
+      (codes, sb, xs, rf, y, i64(y.shape[1]), _ptr(part), i32(nrows), i32(M), i32(padded_subgroups(K)), i32(KB)),
+      shared_mem=smem)
     if P > 1:
-        function("qgemm.cu", "qgemm_reduce")((-(-M // 256), nrows), (256,),
-                                             (part, i32(P), i32(nrows), i32(M), rf, y, i64(y.shape[1])))
+        _qgemm_scale(part, P, nrows, M, rf, y)
+
+
+# Prompt products through cuBLAS: the weight dequantized to fp16 (qgemm's rounding) and a library GEMM
+# with fp32 sums. Its kernels' split of K follows the row count, so a row's bits depend on the row and
+# the chunk's row count -- a function of the prompt, as prompt chunks start at fixed multiples.
+# Fewer rows read the weight once through qgemm: below ~256 rows the fp16 copy and cuBLAS's fixed cost
+# lose on small products (H200, per product: 35B-A3B in_proj at 128 rows 57 µs against 109).
+CUBLAS_MIN_ROWS = 256
+
+
+def cublas_prompt_products(capability: str, integrated: bool) -> bool:
+    """Whether prompt products go through cuBLAS: on discrete Hopper / datacenter Blackwell, whose
+    cuBLAS runs wgmma / tcgen05 kernels at ~3x qgemm's mma.sync (docs/perf-notes.md); elsewhere the
+    fp16 copy of each weight costs more than it saves (a GB10's 273 GB/s, GeForce's fp32 sums)."""
+    return not integrated and capability[:-1] in ("9", "10")
+
+
+def qgemm_dequant(codes, sb, st: int, group: int, M: int, K: int, w16):
+    """w16[:M * Kp] (fp16 as uint16, rows of Kp = padded_subgroups(K) * 32) = the 4-bit weight as
+    qgemm rounds it."""
+    Sp = padded_subgroups(K)
+    words = -(-M // 16) * Sp * 32 * 2
+    function("qgemm.cu", "qgemm_dequant<%d, %d>" % (group // 32, st))(
+        ((words + 255) // 256,), (256,), (codes, sb, i32(M), i32(Sp), i64(words), w16))
+
+
+def qgemm_cublas(codes, sb, st: int, group: int, M: int, K: int, x, ldx: int, y, nrows: int, w16, xm: int = 0,
+                 x2=None, ldx2: int = 0, nw=None, eps: float = 0.0, hout=None, ldh: int = 0):
+    """qgemm's product (the same staging, weights and row factors) as dequantization into `w16` (at
+    least M x Kp fp16) and cuBLAS gemmEx (fp16 in, fp32 sums)."""
+    import cupy
+    from cupy.cuda import cublas
+    xs, rf = _qgemm_stage(x, ldx, K, nrows, xm, x2, ldx2, nw, eps, hout, ldh)
+    qgemm_dequant(codes, sb, st, group, M, K, w16)
+    Kp = padded_subgroups(K) * 32
+    part = cupy.empty((nrows, M), cupy.float32)
+    h = cupy.cuda.device.get_cublas_handle()
+    cublas.setStream(h, cupy.cuda.get_current_stream().ptr)
+    cublas.setPointerMode(h, cublas.CUBLAS_POINTER_MODE_HOST)
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+    # column-major: part^T [M, n] = W [M, K] (row-major [M, Kp], op T) @ xs^T [K, n] (row-major [n, Kp])
+    cublas.gemmEx(h, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, M, nrows, K, one.ctypes.data, w16.data.ptr, _R16F, Kp,
+                  xs.data.ptr, _R16F, Kp, zero.ctypes.data, part.data.ptr, _R32F, M, cublas.CUBLAS_COMPUTE_32F,
+                  _GEMM_DEFAULT)
+    _qgemm_scale(part, 1, nrows, M, rf, y)
+
+
+_R16F, _R32F, _GEMM_DEFAULT = 2, 0, -1  # cudaDataType CUDA_R_16F / CUDA_R_32F, CUBLAS_GEMM_DEFAULT
 
 
 def dense_gemv(W, M: int, K: int, x, x2, ldx: int, xm: int, y, nrows: int):
@@ -330,7 +390,8 @@ def variants() -> list[tuple[str, str]]:
     gemv += ["qmv<%d, %d, %d, %d, %d, 1, 2>" % (bits, group // 32, nt, xm, st)
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_EXPERT_TILES for xm in (0, 1)
              for st in QMV_SCALES]  # the expert products (launch_qwen3_5.qmv_experts)
-    qgemm = ["qgemm<%d, %d>" % (group // 32, st) for group in QMV_GROUPS for st in QMV_SCALES]
+    qgemm = ["%s<%d, %d>" % (k, group // 32, st) for k in ("qgemm", "qgemm_dequant") for group in QMV_GROUPS
+             for st in QMV_SCALES]
     qgemm += ["qgemm_stage<%d>" % xm for xm in QMV_INPUTS] + ["qgemm_reduce"]
     elementwise = ["rmsnorm_rows", "gate_rows", "heads_out", "copy_slots"]
     attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode") for kv8 in (0, 1)]

@@ -235,6 +235,26 @@ __global__ void __launch_bounds__(256, 1) qgemm(const u32* __restrict__ codes, c
       }
 }
 
+// The fp16 weights of the products above, written out whole for a GEMM library: w16[m, k] = s*q + b with
+// deq2's rounding, rows of Sp*32 inputs (zeros past K). One thread a code word: row m's inputs
+// k..k+7 of subgroup s. grid = ceil(words / 256), block = 256.
+template <int SUB, int SBT>
+__global__ void __launch_bounds__(256) qgemm_dequant(const u32* __restrict__ codes, const u32* __restrict__ sb,
+                                                    int M, int Sp, i64 words, uint4* __restrict__ w16) {
+  PDL_ENTRY;
+  const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= words) return;
+  const int e = (int)(idx & 3), lane = (int)((idx >> 2) & 31), g = lane >> 2, t = lane & 3;
+  const i64 rest = idx >> 7, T = rest / (Sp / 2);
+  const int s = 2 * (int)(rest % (Sp / 2)) + (e >> 1);
+  const i64 m = T * 16 + g + 8 * (e & 1);
+  if (m >= M) return;
+  const u32* w = sb + ((T * (Sp / SUB) + s / SUB) * 16 + (m & 15)) * (SBT == 2 ? 2 : 1);
+  const u32 s2 = sb_f16x2(w, SBT, false), b2 = sb_f16x2(w, SBT, true), c = codes[idx];
+  w16[(m * Sp * 32 + s * 32 + t * 8) / 8] = make_uint4(deq2(c, 0, s2, b2), deq2(c, 1, s2, b2), deq2(c, 2, s2, b2),
+                                                     deq2(c, 3, s2, b2));
+}
+
 // The segments' sums in order, times the row factors. grid = (ceil(M / 256), rows), block = 256.
 extern "C" __global__ void qgemm_reduce(const float* __restrict__ part, int P, int rows, int M,
                                         const float* __restrict__ rf, float* __restrict__ y, i64 ldy) {

@@ -158,12 +158,22 @@ def test_qmv_segments_and_fused_rmsnorm(gb, M, K, bits, group):
     assert np.array_equal(run(x[3:11], r[3:11]), full[3:11])
 
 
+@pytest.fixture(params=["qgemm", "cublas"])
+def prompt_gemm(gb, request):
+    """Both paths of fp16 prompt products on any GPU (the backend picks one by the device)."""
+    old, gb.prompt_gemm = gb.prompt_gemm, request.param
+    yield request.param
+    gb.prompt_gemm = old
+
+
 @pytest.mark.parametrize("group,sdtype", [(32, "float16"), (64, "bfloat16"), (128, "float32"), (64, "float16")])
 @pytest.mark.parametrize("M,K,chunk", [(100, 640, 128), (300, 4096, 128), (4096, 1536, 512)])
-def test_prompt_products_on_tensor_cores(gb, group, sdtype, M, K, chunk):
-    """qgemm (fp16 prompt products): fp16 inputs and weights, so ~2^-11 an element; every input mode;
-    a row's bits depend on the row alone (rows in other blocks); segments (qgemm_split > 1) added in
-    order; exact prompt products stay qmv's."""
+def test_prompt_products_on_tensor_cores(gb, prompt_gemm, group, sdtype, M, K, chunk):
+    """fp16 prompt products (qgemm; cuBLAS over a dequantized copy from CUBLAS_MIN_ROWS rows): fp16
+    inputs and weights, so ~2^-11 an element; every input mode. qgemm: a row's bits depend on the row
+    alone (rows in other blocks), segments (qgemm_split > 1) added in order. cuBLAS: on the row and
+    the row count (never on other rows' values), the same bits call after call. Exact prompt
+    products stay qmv's."""
     import kernels.launch as KL
     rng = np.random.default_rng(group + M + K)
     w = rand_affine(rng, M, K, 4, group, sdtype)
@@ -171,7 +181,8 @@ def test_prompt_products_on_tensor_cores(gb, group, sdtype, M, K, chunk):
     qw = gb.prepare(w)
     nw = rng.uniform(0.5, 1.5, K).astype(np.float32)
     tol = 2e-3
-    for n in (1, 37, chunk):
+    big = chunk if prompt_gemm == "qgemm" else max(chunk, KL.CUBLAS_MIN_ROWS)  # rows that take the path
+    for n in (1, 37, big):
         x = (rng.normal(0, 1, (n, K)) * rng.uniform(0.01, 100, (n, 1))).astype(np.float32)
         r = rng.normal(0, 3, (n, K)).astype(np.float32)
         y = gb.to_host(gb.linear(gb.asarray(x), qw, chunk, True))
@@ -189,16 +200,43 @@ def test_prompt_products_on_tensor_cores(gb, group, sdtype, M, K, chunk):
         ys = gb.to_host(gb.linear(gb.silu_mul(g, u), qw, chunk, True))
         refs = NB.silu_mul(x, r).astype(np.float64) @ W.T
         assert max(rel(ys[i], refs[i]) for i in range(n)) < tol
-    # row invariance: a row alone, and rows at other offsets, give the bits they have in the chunk
-    x = rng.normal(0, 1, (chunk, K)).astype(np.float32)
+    x = rng.normal(0, 1, (big, K)).astype(np.float32)
     full = gb.to_host(gb.linear(gb.asarray(x), qw, chunk, True))
-    for i in (0, 63, chunk - 1):
-        assert np.array_equal(gb.to_host(gb.linear(gb.asarray(x[i:i + 1]), qw, chunk, True))[0], full[i])
-    assert np.array_equal(gb.to_host(gb.linear(gb.asarray(x[5:90]), qw, chunk, True)), full[5:90])
+    if prompt_gemm == "qgemm":  # a row alone, and rows at other offsets, give the bits they have in the chunk
+        for i in (0, 63, chunk - 1):
+            assert np.array_equal(gb.to_host(gb.linear(gb.asarray(x[i:i + 1]), qw, chunk, True))[0], full[i])
+        assert np.array_equal(gb.to_host(gb.linear(gb.asarray(x[5:90]), qw, chunk, True)), full[5:90])
+    else:  # other rows' values never reach a row; the same chunk gives the same bits
+        other = x.copy()
+        other[1::2] = rng.normal(0, 50, other[1::2].shape)
+        again = gb.to_host(gb.linear(gb.asarray(other), qw, chunk, True))
+        assert np.array_equal(again[0::2], full[0::2])
+        assert np.array_equal(gb.to_host(gb.linear(gb.asarray(x), qw, chunk, True)), full)
     if (M, K) == (300, 4096):
         assert KL.qgemm_split(M, K, chunk)[1] > 1
     x = rng.normal(0, 1, (9, K)).astype(np.float32)
     assert np.array_equal(gb.to_host(gb.linear(gb.asarray(x), qw, chunk)), gb.to_host(gb.linear(gb.asarray(x), qw)))
+
+
+@pytest.mark.parametrize("group,sdtype", [(32, "float16"), (64, "bfloat16"), (128, "float32")])
+def test_prompt_weight_copy_rounds_as_qgemm(gb, group, sdtype):
+    """qgemm_dequant, the cuBLAS path's fp16 weights: each s * q + b rounded once to fp16 (the scale
+    and bias first to fp16), rows of padded_subgroups(K) * 32 with zeros past K."""
+    import kernels.launch as KL
+    rng = np.random.default_rng(group)
+    M, K = 100, 640
+    w = rand_affine(rng, M, K, 4, group, sdtype)
+    qw = gb.prepare(w)
+    Kp = KL.padded_subgroups(K) * 32
+    out = cupy.full(M * Kp, 0xFFFF, cupy.uint16)
+    KL.qgemm_dequant(qw.codes, qw.sb, qw.st, group, M, K, out)
+    got = gb.to_host(out).view(np.float16).reshape(M, Kp)
+    k = np.arange(K)
+    q = ((w.packed[:, k // 8] >> (4 * (k % 8)).astype(np.uint32)) & 15).astype(np.float64)  # MLX: input j, nibble j
+    s16 = np.repeat(w.scales.astype(np.float32).astype(np.float16), group, 1).astype(np.float64)
+    b16 = np.repeat(w.biases.astype(np.float32).astype(np.float16), group, 1).astype(np.float64)
+    assert np.array_equal(got[:, :K].view(np.uint16), (s16 * q + b16).astype(np.float16).view(np.uint16))
+    assert not got[:, K:].any()
 
 
 def test_dense_gemv(gb):

@@ -1,4 +1,5 @@
-"""kernels/launch.py's shape arithmetic, without a GPU: qmv's segments and its blocks an SM."""
+"""kernels/launch.py's shape arithmetic, without a GPU: qmv's segments and its blocks an SM; which GPUs take
+cuBLAS for prompt products."""
 import kernels.launch as K
 
 
@@ -19,3 +20,10 @@ def test_segments_depend_on_the_shape_alone():
         KS, P = K.qmv_split(M, Kd)
         assert KS % K.QMV_BATCH == 0 and KS * P >= Kd > KS * (P - 1)
         assert -(-M // 128) * P <= K.QMV_BLOCKS or P == 1
+
+
+def test_prompt_products_through_cublas_only_on_discrete_hopper_and_datacenter_blackwell():
+    assert K.cublas_prompt_products("90", False) and K.cublas_prompt_products("100", False)
+    assert not K.cublas_prompt_products("121", True)  # GB10: the fp16 copy at 273 GB/s costs more than it saves
+    assert not K.cublas_prompt_products("120", False) and not K.cublas_prompt_products("89", False)
+    assert not K.cublas_prompt_products("90", True)

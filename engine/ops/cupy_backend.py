@@ -12,8 +12,8 @@ Same models, cache and scheduler as the numpy reference. What differs is inside:
 - Exactness. One kernel per op for every row count: the GEMV computes every row with the same
   arithmetic (its K segments depend on the weight shape only) and reads each weight once for all
   rows; decode attention splits keys at absolute chunks of `kernels.launch.CHUNK` positions merged
-  in a fixed tree; prompt chunks use the same GEMV, so no GEMM ever mixes rows. KV bits match
-  `encode_kv`.
+  in a fixed tree; a prompt chunk's products (qgemm, or cuBLAS for chunks of 256+ rows on Hopper)
+  hold one stream's rows at absolute chunk boundaries. KV bits match `encode_kv`.
 - CUDA graphs (`cupy_graphs`): `decode_step` replays graphs captured per power-of-two batch size.
 - Gated DeltaNet and MoE ops (`cupy_qwen3_5.Qwen35Ops`, mixed in), and the drafters' ops
   (`cupy_drafters.DrafterOps`: DFlash2's block, composed of CuPy array ops).
@@ -24,6 +24,7 @@ stream below it on CuPy's stack current, the legacy stream, whatever `use()` sai
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -55,13 +56,18 @@ from .cupy_weights import QWeight
 # cudaError_t / CUresult codes after which the context is unusable (the same numbers in both APIs):
 # ECC uncorrectable, NVLink uncorrectable, illegal address, launch timeout, assert, hardware stack
 # error, illegal instruction, misaligned address, invalid address space, invalid PC, launch failure.
+log = logging.getLogger(__name__)
+
 STICKY_CUDA_ERRORS = frozenset({214, 220, 700, 702, 710, 714, 715, 716, 717, 718, 719})
 
 
 class CupyBackend(Qwen35Ops, DrafterOps):
     name = "cupy"
     kv_stores = ("bf16", "fp8")  # what the kernels of attention.cu read and write
-    prompt_chunk = 512  # qgemm's products run 1.2-4.6x the TFLOP/s at 512 rows as at 128 (docs/perf-notes.md)
+    # Bigger chunks pay on every prompt product (35B-A3B at 2,048: 11.6-11.9K tok/s at 512 rows, 13.5-13.7K at
+    # 1,024, 14.5K at 2,048; docs/perf-notes.md); 1,024 keeps another tab's decode stall and the prompt
+    # cache's reuse granule (a multiple of the chunk) at half of 2,048's.
+    prompt_chunk = 1024
 
     def __init__(self):
         try:
@@ -71,6 +77,16 @@ class CupyBackend(Qwen35Ops, DrafterOps):
             raise BackendError(f"--backend cupy: no usable CUDA device ({e})") from None
         self.device = f"{props['name'].decode()} (sm_{dev.compute_capability})"
         self.unified_memory = is_unified(dev.attributes)  # GB10: the GPU's memory is the desktop's
+        # fp16 prompt products of K.CUBLAS_MIN_ROWS+ rows: "cublas" (a dequantized copy and cuBLAS) or
+        # "qgemm" (kernels/qgemm.cu); a public switch for tests and the bench's A/B.
+        self.prompt_gemm = "qgemm"
+        if K.cublas_prompt_products(dev.compute_capability, self.unified_memory):
+            try:
+                cupy.cuda.device.get_cublas_handle()
+                self.prompt_gemm = "cublas"
+            except Exception as e:  # a CUDA install without cuBLAS: qgemm does the same products
+                log.warning("cuBLAS is not usable (%s); prompt products run on qgemm", e)
+        self._w16 = None  # the cuBLAS path's fp16 weight copy, grown to the largest product
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self._use()
         self._graphs = cupy_graphs.DecodeGraphs(self.stream)
@@ -317,16 +333,26 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         return self._rows2d(x), {}
 
     def _qlinear(self, x, w: "QWeight", fp16_chunk: int = 0):
-        """qmv, or with fp16_chunk a prompt chunk's product on tensor cores in fp16 (kernels/qgemm.cu:
-        the same arithmetic for every row of every chunk of that size)."""
+        """qmv, or with fp16_chunk a prompt chunk's product on tensor cores in fp16: qgemm (the same
+        arithmetic for every row of every chunk of that size) or, from K.CUBLAS_MIN_ROWS rows where
+        `prompt_gemm` says so, cuBLAS over a dequantized copy (a row's bits follow the chunk's row count)."""
         x, kw = self._staged(x, w)
         n = x.shape[0]
         y = cupy.empty((n, w.M), cupy.float32)
-        if n and fp16_chunk:
+        if n >= K.CUBLAS_MIN_ROWS and fp16_chunk and self.prompt_gemm == "cublas":
+            K.qgemm_cublas(w.codes, w.sb, w.st, w.group, w.M, w.K, x, x.strides[0] // 4, y, n, self._w16_for(w), **kw)
+        elif n and fp16_chunk:
             K.qgemm(w.codes, w.sb, w.st, w.group, w.M, w.K, x, x.strides[0] // 4, y, n, fp16_chunk, **kw)
         elif n:
             K.qmv(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, x, x.strides[0] // 4, y, n, **kw)
         return y
+
+    def _w16_for(self, w: "QWeight"):
+        need = w.M * K.padded_subgroups(w.K) * 32
+        if self._w16 is None or self._w16.size < need:
+            self._w16 = None  # the old copy goes back to the pool before the larger one is taken
+            self._w16 = cupy.empty(need, cupy.uint16)
+        return self._w16
 
     def concat(self, parts: list, axis: int = -1) -> "cupy.ndarray":
         """Concatenation along `axis` (column-wise by default: q, k, v kept apart by mixed formats)."""
