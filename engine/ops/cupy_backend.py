@@ -53,21 +53,21 @@ from .cupy_lazy import Heads, Lazy, Normed, Residual, SiluMul, aligned_rows, uni
 from .cupy_qwen3_5 import Qwen35Ops
 from .cupy_weights import QWeight
 
+log = logging.getLogger(__name__)
+
 # cudaError_t / CUresult codes after which the context is unusable (the same numbers in both APIs):
 # ECC uncorrectable, NVLink uncorrectable, illegal address, launch timeout, assert, hardware stack
 # error, illegal instruction, misaligned address, invalid address space, invalid PC, launch failure.
-log = logging.getLogger(__name__)
-
 STICKY_CUDA_ERRORS = frozenset({214, 220, 700, 702, 710, 714, 715, 716, 717, 718, 719})
 
 
 class CupyBackend(Qwen35Ops, DrafterOps):
     name = "cupy"
     kv_stores = ("bf16", "fp8")  # what the kernels of attention.cu read and write
-    # Bigger chunks pay on every prompt product (35B-A3B at 2,048: 11.6-11.9K tok/s at 512 rows, 13.5-13.7K at
-    # 1,024, 14.5K at 2,048; docs/perf-notes.md); 1,024 keeps another tab's decode stall and the prompt
-    # cache's reuse granule (a multiple of the chunk) at half of 2,048's.
-    prompt_chunk = 1024
+    # Tensor-core products pay for big chunks; 1,024 would pay more (35B-A3B at 2,048: 11.6-11.9K tok/s at
+    # 512 rows, 13.5-13.7K at 1,024) but leaves the gates' prompts (context 1,024) no prompt-cache granule
+    # to hit (docs/perf-notes.md).
+    prompt_chunk = 512
 
     def __init__(self):
         try:
