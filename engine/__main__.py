@@ -127,7 +127,7 @@ def add_kv(p: argparse.ArgumentParser, parallel: int = 1, context: int = 4096,
     p.add_argument("--memory-gib", type=number(0, MAX_MEMORY_GIB, open_low=True),
                    help="KV memory budget (default: a safe share of free memory)")
     p.add_argument("--prefill-chunk", type=power_of_two(1, MAX_PREFILL_CHUNK), default=0,
-                   help="rows a prompt chunk runs (default: the backend's, 512 on the GPU and 128 on the CPU)")
+                   help="rows a prompt chunk runs (default: the backend's, 1,024 on the GPU and 128 on the CPU)")
     add_prefill_precision(p)
     p.add_argument("--prompt-cache-gib", type=number(0, MAX_MEMORY_GIB), default=0.0,
                    help="pool pages the prompt cache may keep for reuse (part of the KV budget; 0 = off)")
@@ -316,7 +316,7 @@ def parser() -> argparse.ArgumentParser:
     add_model(gt)
     gt.add_argument("--prompts", help="JSON list of conversations (each a list of {role, content})")
     gt.add_argument("--max-tokens", type=tokens, default=24)
-    gt.add_argument("--context", type=whole(16, MAX_CONTEXT), default=1024)
+    gt.add_argument("--context", type=whole(16, MAX_CONTEXT), default=2048)  # the cache row: a prompt past 1,024
     gt.add_argument("--quick", action="store_true", help="fewer arms (tests)")
     add_prefill_precision(gt)
     add_drafter(gt, ("all", "none", "ngram", "mtp", "dflash2", "oracle"), "all", 3)

@@ -403,7 +403,7 @@ def main(a) -> int:
         n = max(lengths)
         names = interleave_names(S, n)
         solo = next((c.tok_s for c in cells if c.name == prompt_cell_name(n)), None)
-        if S + 1 > s.parallel or n + a.decode_tokens + 2 * s.prefill_chunk > s.context:
+        if S + 1 > s.parallel or n + a.decode_tokens + 2 > s.context:
             why = (f"more than --parallel {s.parallel} - 1 streams" if S + 1 > s.parallel
                    else f"beyond --context {s.context}")
             cells += [Cell(names[0], note=f"skipped: {why}"), Cell(names[1])]

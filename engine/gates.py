@@ -161,17 +161,26 @@ def follow_ups(runner: Runner, s: EngineSettings, sched, prompts: list[list[int]
     return out
 
 
-def shared_prefixes(prompts: list[list[int]], follow: list[int]) -> list[list[int]]:
-    """The longest prompt, the same again, and it cut short with another ending: each after the
-    first shares its prefix."""
+def cache_granule(runner: Runner, s: EngineSettings) -> int:
+    """The largest prompt-cache granule of any arm: hits land on multiples of max(chunk, page)."""
+    return max(s.with_chunk(runner.backend.prompt_chunk).prefill_chunk, *(page for _, _, page in ARMS))
+
+
+def shared_prefixes(runner: Runner, prompts: list[list[int]], granule: int, room: int) -> list[list[int]]:
+    """The longest prompt (lengthened with filler past `granule`, so that it holds a hit, within
+    `room` tokens), the same again, and it cut short with another ending: each after the first
+    shares its prefix."""
     p = max(prompts, key=len)
-    return [p, list(p), p[: len(p) * 3 // 4] + follow]
+    if len(p) <= granule:
+        filler = runner.tokenizer.encode(FILLER)
+        p = (p + filler * (granule // len(filler) + 2))[: min(granule + granule // 4, max(room, len(p)))]
+    return [p, list(p), p[: len(p) * 3 // 4] + runner.tokenizer.encode(FOLLOW_UP)]
 
 
 def cache_hits(runner: Runner, s: EngineSettings, prompts: list[list[int]], greedy: SamplingParams) -> dict:
     """Prompts sharing prefixes, one after another: through the prompt cache on a paged arm, cold
     on the contiguous one. ('cache-reused',) counts the positions the cache gave."""
-    ids = shared_prefixes(prompts, runner.tokenizer.encode(FOLLOW_UP))
+    ids = shared_prefixes(runner, prompts, cache_granule(runner, s), s.context - greedy.max_tokens - 1)
     cached = s.paging != "off"
     sched = runner.scheduler(replace(s, prompt_cache_gib=PROMPT_CACHE_GIB if cached else 0.0))
     out, reused = {}, 0
@@ -233,6 +242,12 @@ def run(settings: EngineSettings, chats: list[list[dict]], max_tokens: int, quic
         prompts = offset_prompts(runner, offsets)
     else:
         prompts = prompt_set(runner, chats, settings.context, max_tokens)
+    granule = cache_granule(runner, settings)
+    longest = max(map(len, shared_prefixes(runner, prompts, granule, settings.context)))
+    if longest <= granule or longest + max_tokens >= settings.context:
+        need = max(longest, granule + granule // 4) + max_tokens
+        raise LanechatError(f"the prompt-cache row needs a prompt past {granule} tokens (the largest prefill chunk "
+                            f"or page) and {max_tokens} tokens after it; raise --context above {need}")
     table = {}
     for dtype in dtypes:
         outs = {}

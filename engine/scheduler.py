@@ -94,6 +94,10 @@ class Scheduler:
                                             max(settings.prefill_chunk, settings.page_tokens), self.lanes, self.cache)
         self.waiting: deque[Sequence] = deque()
         self.active: list[Sequence] = []
+        # Prompt chunks launched since the last `_settle`, and the streams whose prompt one of them ended
+        # (their first token is chosen once the chunk has run).
+        self._reading = False
+        self._firsts: list[tuple[Sequence, object]] = []
         self.snapshots: dict[int, Snapshot] = {}
         self._arrivals = 0
         # Positions computed so far: by prompt chunks and by decode steps (monotone; a pause loses none).
@@ -126,6 +130,7 @@ class Scheduler:
             seq.on_event(Queued(seq.id, len(self.waiting) - 1))
 
     def cancel(self, rid: int, reason: str = "cancelled") -> None:
+        self._settle()
         for seq in list(self.waiting):
             if seq.id == rid:
                 self.waiting.remove(seq)
@@ -135,6 +140,7 @@ class Scheduler:
                 self._finish(seq, reason)
 
     def cancel_all(self, reason: str = "cancelled") -> None:
+        self._settle()
         for seq in list(self.waiting) + list(self.active):
             self.cancel(seq.id, reason)
 
@@ -144,7 +150,15 @@ class Scheduler:
 
     # --- one step ------------------------------------------------------------------------
     def step(self) -> None:
-        """Raises DeviceLostError when the backend lost its device (every stream is then lost)."""
+        """Raises DeviceLostError when the backend lost its device (every stream is then lost).
+        While a prompt chunk runs, streams that are decoding take steps beside it; anything else
+        (admission, pauses, the next chunk) waits for it."""
+        if self._reading and self.verifier is None and self.b.prompt_pending():
+            ready = self._ready()
+            if ready:
+                self._decode_isolated(ready)
+                return
+        self._settle()
         own = next((q for q in self.active if q.lane.index == 0), None)
         if own is not None:
             self._reclaim(pausing.next_end(own, self.s.prefill_chunk))
@@ -152,13 +166,31 @@ class Scheduler:
         moved = False
         for seq in [q for q in self.active if q.computed < q.target]:
             moved |= self._guarded([seq], self._prompt_chunk, seq)  # a prompt's failure is its stream's alone
-        decoding = [q for q in self.active if q.prompt_done and q.computed == q.target]
-        ready = [q for q in decoding if self.lanes.ensure(q.lane, q.computed + 1)]
+        if self.verifier is not None:
+            self._settle()  # a drafter reads the chunks' hidden states in its next window
+        ready = self._ready()
         if ready:
             self._decode_isolated(ready)
             moved = True
         if not moved and self.active:  # nobody could place its next piece
             self._pause(pausing.youngest(self.active))
+
+    def _ready(self) -> list[Sequence]:
+        """The streams that decode this step: prompt read, first token out, a page for the next."""
+        return [q for q in self.active if q.prompt_done and q.computed == q.target
+                and self.lanes.ensure(q.lane, q.computed + 1)]
+
+    def _settle(self) -> None:
+        """Work from here on comes after the prompt chunks launched so far; the streams whose
+        prompt they ended get their first token."""
+        if not self._reading:
+            return
+        self._reading = False
+        self.b.join_prompt()
+        firsts, self._firsts = self._firsts, []
+        for seq, logits in firsts:
+            if seq in self.active:
+                self._guarded([seq], self._first_token, seq, logits)
 
     def _admit(self) -> None:
         C = self.s.prefill_chunk
@@ -222,17 +254,20 @@ class Scheduler:
         rows = self._rows([seq], True, start, end)
         rows.hidden = self.verifier is not None and self.verifier.wants_hidden
         rows.taps = self.verifier.taps if rows.hidden else ()
-        logits = self.model.forward(rows, self.cache)
-        if self.after_forward is not None:
-            self.after_forward(rows)
-        self.prompt_positions += end - start
-        seq.computed = end
-        if rows.hidden:
-            logits, hidden = logits
-            self.verifier.observe(seq, start, hidden)
-        pc = self.prompt_cache
-        if pc is not None and seq.cold and self.cache.stateful and end == (seq.target - 1) // pc.granule * pc.granule:
-            pc.keep_state(seq.tokens[:end], self.cache.read(seq.lane, 0))  # the boundary a repeat needs
+        self._reading = True
+        with self.b.prompt_work():
+            logits = self.model.forward(rows, self.cache)
+            if self.after_forward is not None:
+                self.after_forward(rows)
+            self.prompt_positions += end - start
+            seq.computed = end
+            if rows.hidden:
+                logits, hidden = logits
+                self.verifier.observe(seq, start, hidden)
+            pc = self.prompt_cache
+            if pc is not None and seq.cold and self.cache.stateful and end == (seq.target - 1) // pc.granule * \
+                    pc.granule:
+                pc.keep_state(seq.tokens[:end], self.cache.read(seq.lane, 0))  # the boundary a repeat needs
         return logits
 
     def _prompt_chunk(self, seq: Sequence) -> bool:
@@ -241,14 +276,18 @@ class Scheduler:
         if logits is None:
             return False
         if seq.computed == seq.target:
-            seq.prompt_done = True
-            tok = None if seq.generated else self._choose(logits, [seq])[0]
-            seq.t_first = time.perf_counter()  # after the choice: the device has finished the prompt
-            if self.prompt_cache is not None and seq.cold:
-                self.prompt_cache.keep_pages(seq.lane, seq.tokens, seq.target)
-            if tok is not None:
-                self._append(seq, tok)
+            self._firsts.append((seq, logits))
         return True
+
+    def _first_token(self, seq: Sequence, logits) -> None:
+        """The prompt is read (its last chunk has run): the first token, unless it is a resumed reply's."""
+        seq.prompt_done = True
+        tok = None if seq.generated else self._choose(logits, [seq])[0]
+        seq.t_first = time.perf_counter()  # after the choice: the device has finished the prompt
+        if self.prompt_cache is not None and seq.cold:
+            self.prompt_cache.keep_pages(seq.lane, seq.tokens, seq.target)
+        if tok is not None:
+            self._append(seq, tok)
 
     def _decode(self, seqs: list[Sequence]) -> None:
         if self.verifier is not None:
@@ -386,6 +425,7 @@ class Scheduler:
         try:
             while seq.computed < seq.target:
                 logits = self._run_chunk(seq)
+            self._settle()
             return self.b.to_host(logits)[0].astype(np.float32)
         finally:
             self.lanes.release(seq.lane)

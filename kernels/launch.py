@@ -84,12 +84,13 @@ def qmv_min_blocks(blocks: int, sms: int) -> int:
 
 def qmv_counters(n: int):
     """Zeroed arrival counters of the reductions across blocks (qmv segments, attention chunks): the
-    last block of each reduction resets its own, so one array serves every launch of the stream."""
+    last block of each reduction resets its own, so one array serves every launch of the stream
+    (one array a stream: launches of two streams may run at once)."""
     import cupy
-    dev = cupy.cuda.Device().id
-    c = _counters.get(dev)
+    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr)
+    c = _counters.get(key)
     if c is None or c.size < n:
-        c = _counters[dev] = cupy.zeros(max(n, 1 << 16), cupy.int32)
+        c = _counters[key] = cupy.zeros(max(n, 1 << 16), cupy.int32)
     return c
 
 

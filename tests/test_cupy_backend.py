@@ -201,6 +201,39 @@ def test_graph_decode_equals_eager_and_solo_equals_batched(gb, name, kv_dtype):
 
 
 @gpu_test
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3.5"])
+def test_a_prompt_read_beside_decoding_streams_changes_no_token(gb, name):
+    """Prompt chunks run on the backend's prompt stream while other streams take decode steps
+    beside them: long prompts arriving mid-decode (one cancelled while it is read, one ending its
+    reply at its first token) leave every stream the tokens it gets alone."""
+    from engine.scheduler import Sequence
+    model = synthetic(name, seed=7)
+    rng = np.random.default_rng(3)
+    prompts = [[1] + list(rng.integers(16, 272, n)) for n in (12, 25, 40, 700, 650, 520)]
+    lengths = [40, 40, 40, 9, 9, 1]
+    sched = scheduler(model, gb, parallel=8, paging="all", page_tokens=16, context=1024, chunk=64)
+    solo = [greedy(sched, p, n) for p, n in zip(prompts, lengths)]
+    seqs = [Sequence(10 + i, list(p), len(p), SamplingParams(temperature=0, max_tokens=n, ignore_eos=True),
+                     lambda e: None, TextStream(sched.tok.stream(), []))
+            for i, (p, n) in enumerate(zip(prompts, lengths))]
+    for q in seqs[:3]:
+        sched.add(q)
+    while min(q.generated for q in seqs[:3]) < 3:
+        sched.step()
+    for q in seqs[3:]:
+        sched.add(q)
+    for _ in range(3):
+        sched.step()
+    assert seqs[4].computed < seqs[4].target  # cancelled while it is read
+    sched.cancel(seqs[4].id)
+    while sched.busy:
+        sched.step()
+    out = [q.tokens[len(p):] for q, p in zip(seqs, prompts)]
+    assert out[:4] == solo[:4] and out[5] == solo[5] and len(out[3]) == 9
+    assert out[4] == solo[4][:len(out[4])]
+
+
+@gpu_test
 def test_decode_graphs_are_captured_at_start_and_replayed(gb):
     """warm_decode captures every padded batch size up to the streams (1, 2 and 4 rows for 4), so no
     step captures later, and the tokens are those of graphs captured on the way."""
@@ -237,7 +270,7 @@ def test_plan_that_does_not_fit_is_refused_before_allocation(gb):
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-qwen3.5"])
 def test_gates_pass_on_the_gpu(name):
     from engine import gates
-    s = EngineSettings(model=f"synthetic:{name}", backend="cupy", parallel=8, context=1024)
+    s = EngineSettings(model=f"synthetic:{name}", backend="cupy", parallel=8, context=2048)
     table = gates.run(s, gates.load_chats(None), 12, False, log=lambda m: None)
     assert gates.passed(table), gates.render(table)
 

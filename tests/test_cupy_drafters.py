@@ -120,7 +120,7 @@ def test_drafted_equals_plain_on_the_gpu(kv_dtype):
 
 def test_gates_with_dflash2_pass_on_the_gpu():
     from engine import gates
-    s = EngineSettings(model="synthetic:tiny-qwen3.5", backend="cupy", parallel=8, context=1024,
+    s = EngineSettings(model="synthetic:tiny-qwen3.5", backend="cupy", parallel=8, context=2048,
                        drafter_model=SYNTHETIC)
     table = gates.run(s, gates.load_chats(None), 12, True, log=lambda m: None, drafted=("dflash2", "oracle"))
     assert gates.passed(table), gates.render(table)

@@ -9,7 +9,7 @@ from engine import gates
 from engine.drafters.dflash2_config import SYNTHETIC
 from engine.engine import Runner
 from engine.ops.numpy_backend import NumpyBackend
-from engine.settings import EngineSettings
+from engine.settings import EngineSettings, SamplingParams
 
 
 def test_resume_and_cache_rows_at_the_seeds_first_offset(tmp_path):
@@ -94,3 +94,21 @@ def test_drafted_rows_for_every_drafter_that_fits():
     llama = Runner(replace(s, model="synthetic:tiny-llama"), log=lambda m: None)
     assert gates.fitting(llama, gates.DRAFTERS, SYNTHETIC) == ["ngram", "dflash2", "oracle"]
 
+
+
+def test_the_cache_row_reaches_past_a_large_prefill_chunk():
+    """Hits land on multiples of max(chunk, page): with 1,024-row chunks the shared prompt is
+    lengthened past 1,024 so the row still proves a hit; a context too short for it is refused."""
+    s = EngineSettings(model="synthetic:tiny-llama", backend="numpy", parallel=8, context=2048, prefill_chunk=1024)
+    runner = Runner(s, log=lambda m: None)
+    prompts = gates.prompt_set(runner, gates.load_chats(None)[:2], s.context, 4)
+    assert max(map(len, prompts)) < 1024
+    shared = gates.shared_prefixes(runner, prompts, gates.cache_granule(runner, s), s.context)
+    assert len(shared[0]) > 1024 and shared[1] == shared[0] and shared[2][:100] == shared[0][:100]
+    outs = {name: gates.cache_hits(runner, replace(s, paging=paging, page_tokens=page), prompts,
+                                   SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+            for name, paging, page in (gates.ARMS[0], gates.ARMS[1])}
+    assert outs["pages p16"][("cache-reused",)] >= 1024
+    assert gates.compare(outs["contiguous"], outs)["prompt-cache hit == cold"] == (3, 3)
+    with pytest.raises(Exception, match="raise --context above"):
+        gates.run(replace(s, context=1024), gates.load_chats(None)[:2], 4, True, log=lambda m: None)

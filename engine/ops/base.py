@@ -7,6 +7,7 @@ host int arrays or, inside a captured decode graph, device arrays.
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -59,6 +60,16 @@ class Backend(Protocol):
         """Bytes the device could still give (the default KV budget is a share of it)."""
 
     def synchronize(self) -> None: ...
+
+    def prompt_work(self) -> AbstractContextManager:
+        """Launches inside run as prompt work: after all work so far, beside the decode steps that
+        follow (a GPU's second, low-priority stream), until `join_prompt`."""
+
+    def prompt_pending(self) -> bool:
+        """Whether prompt work launched so far may still be running."""
+
+    def join_prompt(self) -> None:
+        """Everything launched from now on comes after the prompt work launched so far."""
 
     def mark(self) -> Any:
         """A point in the backend's queue of work (a device event on a GPU): `seconds(a, b)` between two

@@ -18,14 +18,22 @@ Same models, cache and scheduler as the numpy reference. What differs is inside:
 - Gated DeltaNet and MoE ops (`cupy_qwen3_5.Qwen35Ops`, mixed in), and the drafters' ops
   (`cupy_drafters.DrafterOps`: DFlash2's block, composed of CuPy array ops).
 
-All work goes to one non-blocking CUDA stream, made current (`_use`) by every entry point: the
-engine thread owns every GPU call. (Never `with stream:` here: leaving such a block makes the
-stream below it on CuPy's stack current, the legacy stream, whatever `use()` said before.)
+Work goes to two non-blocking CUDA streams, the one in use made current (`_use`) by every entry
+point: the engine thread owns every GPU call. Decode steps and everything else run on `stream`, at
+the device's highest priority; prompt chunks (`prompt_work`) on `prompt_stream`, at its lowest, so
+that other streams' decode steps run while a long prompt is read, their blocks dispatched first.
+Prompt work starts after the decode stream's work so far; decode work comes after it only from
+`join_prompt` (an event wait on the device, no host stall). Scratch that both could touch is per
+stream (qmv's counters) or prompt-only (the cuBLAS path's fp16 weights); CuPy's memory pool
+reuses a freed block only on the stream it was allocated on. (Never `with stream:` here: leaving
+such a block makes the stream below it on CuPy's stack current, the legacy stream, whatever
+`use()` said before.)
 """
 from __future__ import annotations
 
 import logging
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -64,10 +72,9 @@ STICKY_CUDA_ERRORS = frozenset({214, 220, 700, 702, 710, 714, 715, 716, 717, 718
 class CupyBackend(Qwen35Ops, DrafterOps):
     name = "cupy"
     kv_stores = ("bf16", "fp8")  # what the kernels of attention.cu read and write
-    # Tensor-core products pay for big chunks; 1,024 would pay more (35B-A3B at 2,048: 11.6-11.9K tok/s at
-    # 512 rows, 13.5-13.7K at 1,024) but leaves the gates' prompts (context 1,024) no prompt-cache granule
-    # to hit (docs/perf-notes.md).
-    prompt_chunk = 512
+    # Tensor-core products pay for big chunks (35B-A3B at 2,048: 11.6-11.9K tok/s at 512 rows, 13.7-14.0K at
+    # 1,024, 14.5K at 2,048); past 1,024 a short prompt pays for padding and the prompt cache's granule grows.
+    prompt_chunk = 1024
 
     def __init__(self):
         try:
@@ -87,7 +94,11 @@ class CupyBackend(Qwen35Ops, DrafterOps):
             except Exception as e:  # a CUDA install without cuBLAS: qgemm does the same products
                 log.warning("cuBLAS is not usable (%s); prompt products run on qgemm", e)
         self._w16 = None  # the cuBLAS path's fp16 weight copy, grown to the largest product
-        self.stream = cupy.cuda.Stream(non_blocking=True)
+        # CUDA clamps priorities to the device's range: -100 is its highest, 0 its lowest.
+        self.stream = cupy.cuda.Stream(non_blocking=True, priority=-100)
+        self.prompt_stream = cupy.cuda.Stream(non_blocking=True, priority=0)
+        self._cur = self.stream  # the stream entry points make current: prompt_stream inside prompt_work
+        self._prompt_end = None  # an event after the prompt work launched last
         self._use()
         self._graphs = cupy_graphs.DecodeGraphs(self.stream)
         self._inv: dict[tuple, object] = {}
@@ -99,9 +110,9 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         self._slot_tables: dict[tuple, tuple] = {}  # copy_slots' device address tables
 
     def _use(self) -> None:
-        """Make this backend's stream the current one (cheap when it already is)."""
-        if cupy.cuda.get_current_stream() is not self.stream:
-            self.stream.use()
+        """Make the stream in use current (cheap when it already is)."""
+        if cupy.cuda.get_current_stream() is not self._cur:
+            self._cur.use()
 
     def make_current(self) -> None:
         """For callers that create device arrays outside the op set (the bench's synthetic weights)."""
@@ -128,7 +139,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         if isinstance(a, Lazy):
             a = a.materialize()
         if isinstance(a, cupy.ndarray):
-            return cupy.asnumpy(a, stream=self.stream)
+            return cupy.asnumpy(a, stream=self._cur)
         return np.asarray(a)
 
     def landing(self) -> DeviceLanding:
@@ -143,13 +154,40 @@ class CupyBackend(Qwen35Ops, DrafterOps):
     def synchronize(self) -> None:
         self._use()
         self._flush_kv()
+        self.prompt_stream.synchronize()
         self.stream.synchronize()
+
+    @contextmanager
+    def prompt_work(self) -> Iterator[None]:
+        self._use()
+        self._flush_kv()
+        before = cupy.cuda.Event(disable_timing=True)
+        before.record(self.stream)
+        self.prompt_stream.wait_event(before)
+        self._cur = self.prompt_stream
+        try:
+            self._use()
+            yield
+            self._flush_kv()
+        finally:
+            self._cur = self.stream
+            self._prompt_end = cupy.cuda.Event(disable_timing=True)
+            self._prompt_end.record(self.prompt_stream)
+            self._pending_kv = None  # a failed chunk's; its stream fails
+            self._use()
+
+    def prompt_pending(self) -> bool:
+        return self._prompt_end is not None and not self._prompt_end.done
+
+    def join_prompt(self) -> None:
+        if self._prompt_end is not None:
+            self.stream.wait_event(self._prompt_end)
 
     def mark(self):
         self._use()
         self._flush_kv()  # a deferred write belongs before the mark
         ev = cupy.cuda.Event()
-        ev.record(self.stream)
+        ev.record(self._cur)
         return ev
 
     def seconds(self, a, b) -> float:

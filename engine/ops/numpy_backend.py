@@ -6,6 +6,7 @@ prompt chunk is always one GEMM of the same padded shape, so no row depends on i
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -186,6 +187,15 @@ class NumpyBackend:
 
     def dynamic_conv(self, x, dyn, base, group: int) -> np.ndarray:
         return dm.dynamic_conv(np, x, dyn, base, group)
+
+    def prompt_work(self) -> AbstractContextManager:
+        return nullcontext()  # numpy computes as it is called: prompt work is done when it returns
+
+    def prompt_pending(self) -> bool:
+        return False
+
+    def join_prompt(self) -> None:
+        """Nothing to order: every op has finished when it returns."""
 
     def top_k(self, x, k: int) -> tuple[np.ndarray, np.ndarray]:
         x = np.asarray(x, np.float32)
