@@ -94,8 +94,8 @@ class Scheduler:
                                             max(settings.prefill_chunk, settings.page_tokens), self.lanes, self.cache)
         self.waiting: deque[Sequence] = deque()
         self.active: list[Sequence] = []
-        # Prompt chunks launched since the last `_settle`, and the streams whose prompt one of them ended
-        # (their first token is chosen once the chunk has run).
+        # Whether prompt chunks were launched since the last `_settle`, and the streams whose prompt one
+        # of them ended (their first token is chosen once the chunk has run).
         self._reading = False
         self._firsts: list[tuple[Sequence, object]] = []
         self.snapshots: dict[int, Snapshot] = {}
