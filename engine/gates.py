@@ -243,11 +243,10 @@ def run(settings: EngineSettings, chats: list[list[dict]], max_tokens: int, quic
     else:
         prompts = prompt_set(runner, chats, settings.context, max_tokens)
     granule = cache_granule(runner, settings)
-    longest = max(map(len, shared_prefixes(runner, prompts, granule, settings.context)))
-    if longest <= granule or longest + max_tokens >= settings.context:
-        need = max(longest, granule + granule // 4) + max_tokens
+    if len(shared_prefixes(runner, prompts, granule, settings.context - max_tokens - 1)[0]) <= granule:
         raise LanechatError(f"the prompt-cache row needs a prompt past {granule} tokens (the largest prefill chunk "
-                            f"or page) and {max_tokens} tokens after it; raise --context above {need}")
+                            f"or page) and {max_tokens} tokens after it; raise --context above "
+                            f"{granule + granule // 4 + max_tokens}")
     table = {}
     for dtype in dtypes:
         outs = {}
