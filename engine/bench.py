@@ -290,6 +290,7 @@ def drafted_cell(bench: Bench, s: EngineSettings, msgs: list, params: SamplingPa
                  log) -> Cell:
     """The decode cell again with the settings' drafter (the oracle learns the plain cell's tokens)."""
     sched = bench.runner.scheduler(s)
+    sched.warm_decode()  # as the engine does at start: no cell captures a graph inside its timing
     if sched.verifier is None:
         return Cell(cell.name + f", {s.drafter}", note=f"skipped: {sched.plan.drafter_note}")
     if s.drafter == "oracle":
@@ -346,6 +347,7 @@ def main(a) -> int:
     if getattr(a, "prompt_gemm", "auto") != "auto" and b.name == "cupy":
         b.prompt_gemm = a.prompt_gemm
     sched = runner.scheduler(s)
+    sched.warm_decode()  # as the engine does at start: no cell captures a graph inside its timing
     s = sched.s  # the backend's prefill chunk filled in
     bw = copy_bandwidth(b)
     wbytes = step_weight_bytes(runner.model, 0)
@@ -397,6 +399,7 @@ def main(a) -> int:
                 sched = None  # its cache's memory goes to the drafted run's, then back
                 cells.append(drafted_cell(bench, drafted, msgs, params, seqs, cells[-1], log))
                 sched = runner.scheduler(s)
+                sched.warm_decode()
                 bench.timed_decode(sched)
     S = getattr(a, "interleave", 0)
     if S and lengths:

@@ -7,8 +7,8 @@ its ids into text. Runs on the engine thread (or the caller's, for the CLI and t
 locking here. Pool pressure: `pausing` says who waits and who pauses (to host memory, exactly).
 
 Errors: a piece of a step that raises fails only the streams it computed for; a batched decode
-step that raises is rolled back (each row's recurrent state from its checkpoint) and run again one
-row at a time, so only the stream that raises alone fails. An error the backend calls a lost
+step that raises is run again one row at a time (each row's recurrent state put back by
+`state_checkpoints`), so only the stream that raises alone fails. An error the backend calls a lost
 device (`Backend.device_lost`) leaves `step` as a DeviceLostError: the engine restarts.
 """
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .plan import Plan
 from .prompt_cache import PromptCache
 from .rows import Rows
 from .settings import EngineSettings, SamplingParams
+from .state_checkpoints import StateCheckpoints
 from .textstream import TextStream
 from .thinking import Splitter
 
@@ -88,6 +89,7 @@ class Scheduler:
         self.s, self.plan, self.model, self.b, self.tok = settings, plan, model, backend, tokenizer
         self.lanes = Lanes(settings.parallel, settings.context, settings.page_tokens, settings.paging, plan.pool_pages)
         self.cache = model.make_cache(backend, plan, kv_store)  # this scheduler's streams' state, and only theirs
+        self.checkpoints = StateCheckpoints(self.cache, self.lanes)
         self.prompt_cache = None
         if plan.prompt_cache_bytes:
             self.prompt_cache = PromptCache(plan.prompt_cache_bytes, plan.page_bytes,
@@ -314,24 +316,24 @@ class Scheduler:
 
     def _decode_isolated(self, seqs: list[Sequence]) -> None:
         """A batched decode step; if it raises, the streams it had not yet given a token get their
-        recurrent state back from the checkpoint and run again one at a time, so only the stream
+        recurrent state back (`StateCheckpoints`) and run again one at a time, so only the stream
         that raises alone fails."""
         if len(seqs) == 1:
             return self._guarded(seqs, self._decode, seqs)
-        lanes = [q.lane.index for q in seqs]
         before = [q.computed for q in seqs]
-        if self.cache.stateful:
-            self.cache.checkpoint(lanes)
+        self.checkpoints.keep(seqs)
         try:
             self._decode(seqs)
         except Exception as e:
             self._raise_if_lost(e)
             traceback.print_exc()
-            again = [q for q, n in zip(seqs, before) if q in self.active and q.computed == n]
-            if self.cache.stateful and again:
-                self.cache.rollback([q.lane.index for q in again])
-            for seq in again:
-                self._guarded([seq], self._decode, [seq])
+            for seq, n in zip(seqs, before):
+                if seq in self.active and seq.computed == n:
+                    self._guarded([seq], self._decode_again, seq, n)
+
+    def _decode_again(self, seq: Sequence, n: int) -> None:
+        self.checkpoints.restore(seq, n, lambda rows: self.b.decode_step(self.model, rows, self.cache))
+        self._decode([seq])
 
     def _choose(self, logits, seqs: list[Sequence]) -> list[int]:
         return self.b.choose(logits, [q.params for q in seqs], [len(q.tokens) for q in seqs])

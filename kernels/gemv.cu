@@ -73,18 +73,21 @@ DEV float sum_in_order(const float* __restrict__ p, i64 stride, int n) {
 // two MMAs into separate accumulators, which is what NT >= 1 does) and the sum of the two lands in
 // one thread. NT 0 stages a window of 2,048 inputs at once and runs its batches without barriers
 // (1-4 row products are chains of round trips, not short of bandwidth); at 2 blocks an SM the next
-// batch's codes are in flight during this one's products (PF: at 85 registers that spills). 32 bf16
-// of padding: the 16-byte fragment loads of rows g and g+1 fall on disjoint banks. Batches never
-// cross a padded weight's end (Sp is a multiple of 16).
+// batch's codes are in flight during this one's products (PF: at 85 registers that spills). NT 1
+// at 2 blocks an SM does the same with windows of 1,024 (5-8 rows: the 8B's down 5-11 % faster, o
+// and qkv 1-5 %, gate_up the same; at 3 an SM the larger window made the 27B's down and the lm_head
+// slower). 32 bf16 of
+// padding: the 16-byte fragment loads of rows g and g+1 fall on disjoint banks. Batches never cross
+// a padded weight's end (Sp is a multiple of 16).
 template <int BITS, int SUB, int NT, int MINB>
 struct QmvShape {
   static constexpr int NT1 = NT > 0 ? NT : 1;
   static constexpr int R = NT > 0 ? 8 * NT : 4;  // x rows a block takes
   static constexpr int SR = 8 * NT1;              // staged rows (packed: hi and lo of 4 rows)
-  static constexpr bool PF = NT == 0 && MINB == 2;  // next batch's codes loaded a batch ahead
+  static constexpr bool PF = NT <= 1 && MINB == 2;  // next batch's codes loaded a batch ahead
   static constexpr int B0 = (BITS == 4 ? 512 : 256) / (PF ? 2 : NT1);
   static constexpr int BATCH = B0 < 32 * SUB ? 32 * SUB : B0;
-  static constexpr int WIN = NT > 0 ? BATCH : 2048;  // inputs staged at once
+  static constexpr int WIN = NT == 0 ? 2048 : PF ? 1024 : BATCH;  // inputs staged at once
   static constexpr int WB = WIN / BATCH;             // batches per window
   static constexpr int PITCH = WIN + 32;
   static constexpr int NSB = BATCH / 32;                // subgroups per batch

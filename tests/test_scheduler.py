@@ -130,6 +130,8 @@ def test_an_error_in_a_batched_decode_fails_only_its_stream(model):
         assert done[i].text == solo[i].text and done[i].tokens == 24
     assert max(batches) == 4  # the fault struck batched steps
     assert sched.lanes.pool.used == 0
+    # a lane's state is copied aside when its stream first joins a batch, not before every step
+    assert sched.checkpoints.copies == (4 if sched.cache.stateful else 0)
 
 
 def test_a_device_fault_leaves_the_step_for_the_engine():
