@@ -23,7 +23,7 @@
 template <int KV8>
 __global__ void __launch_bounds__(64) kv_write(const float* __restrict__ k, i64 ks0, i64 ks1,
                                                const float* __restrict__ knw, float keps,
-                                               const double* __restrict__ inv, int half,
+                                               const float2* __restrict__ cs, int half,
                                                const float* __restrict__ v, i64 vs0, i64 vs1,
                                                const int* __restrict__ positions, const int* __restrict__ tables,
                                                int tw, int pt, int KH, int D, void* __restrict__ kc,
@@ -35,8 +35,8 @@ __global__ void __launch_bounds__(64) kv_write(const float* __restrict__ k, i64 
   const int pos = positions[row];
   const i64 slot = slot_of(tables + (i64)row * tw, pos, pt);
   float* b = buf[warp];
-  if (warp == 0) load_head(b, k, (i64)row * ks0 + (i64)kh * ks1, D, knw, keps, positions, row, inv, half, lane);
-  else load_head(b, v, (i64)row * vs0 + (i64)kh * vs1, D, nullptr, 0.0f, nullptr, row, nullptr, 0, lane);
+  if (warp == 0) load_head(b, k, (i64)row * ks0 + (i64)kh * ks1, D, knw, keps, rope_row(cs, row, half), half, lane);
+  else load_head(b, v, (i64)row * vs0 + (i64)kh * vs1, D, nullptr, 0.0f, nullptr, 0, lane);
   void* dst = warp == 0 ? kc : vc;
   const i64 base = (slot * KH + kh) * D;
   if (KV8) {
@@ -153,7 +153,7 @@ DEV void merge_partials(const float* src, int cnt, int PD, int D, float* dst, fl
 template <int KV8>
 __global__ void __launch_bounds__(256, 3) attn_decode(const float* __restrict__ q, i64 qs0, i64 qs1,
                                                    const float* __restrict__ qnw, float qeps,
-                                                   const double* __restrict__ inv, int half,
+                                                   const float2* __restrict__ cs, int half,
                                                    const float* __restrict__ kn, i64 ks0, i64 ks1,
                                                    const float* __restrict__ knw, float keps,
                                                    const float* __restrict__ vn, i64 vs0, i64 vs1,
@@ -232,12 +232,13 @@ __global__ void __launch_bounds__(256, 3) attn_decode(const float* __restrict__ 
       }
     }
   }
+  const float2* rot = rope_row(cs, row, half);
   for (int g = warp; g < G; g += 8)
-    load_head(q_s + g * QP, q, (i64)row * qs0 + (i64)(kh * G + g) * qs1, D, qnw, qeps, positions, row, inv, half, lane);
+    load_head(q_s + g * QP, q, (i64)row * qs0 + (i64)(kh * G + g) * qs1, D, qnw, qeps, rot, half, lane);
   if (writer && warp == 0)
-    load_head(nb, kn, (i64)row * ks0 + (i64)kh * ks1, D, knw, keps, positions, row, inv, half, lane);
+    load_head(nb, kn, (i64)row * ks0 + (i64)kh * ks1, D, knw, keps, rot, half, lane);
   if (writer && warp == 1)
-    load_head(nb + D, vn, (i64)row * vs0 + (i64)kh * vs1, D, nullptr, 0.0f, nullptr, row, nullptr, 0, lane);
+    load_head(nb + D, vn, (i64)row * vs0 + (i64)kh * vs1, D, nullptr, 0.0f, nullptr, 0, lane);
   cp_async_commit_wait_all();
   __syncthreads();
   if (writer && warp < 2) {  // the tile holds the old bits at pos: overwrite them with the new ones

@@ -35,7 +35,7 @@ DEV void operand(float x0, float x1, u32& hi, u32& lo) {
 template <int KV8, int DT, int BK, int NW, int F16>
 __global__ void __launch_bounds__(32 * NW) attn_prompt(const float* __restrict__ q, i64 qs0, i64 qs1,
                                                        const float* __restrict__ qnw, float qeps,
-                                                       const double* __restrict__ inv, int half,
+                                                       const float2* __restrict__ cs, int half,
                                                        const int* __restrict__ positions,
                                                        const int* __restrict__ tables, int pt,
                                                        const void* __restrict__ kc, const void* __restrict__ vc,
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(32 * NW) attn_prompt(const float* __restrict__
     const bool real = i < QR * G;
     const int hg = real ? i % G : 0, row = min(rbase + (real ? i / G : 0), n - 1);
     float* d = scr + warp * DT;
-    load_head(d, q, (i64)row * qs0 + (i64)(kh * G + hg) * qs1, D, qnw, qeps, positions, row, inv, half, lane);
+    load_head(d, q, (i64)row * qs0 + (i64)(kh * G + hg) * qs1, D, qnw, qeps, rope_row(cs, row, half), half, lane);
     for (int e = 2 * lane; e < DT; e += 64) {
       u32 hi, lo;
       operand<F16>(e < D ? d[e] * c : 0.0f, e + 1 < D ? d[e + 1] * c : 0.0f, hi, lo);

@@ -188,13 +188,17 @@ DEV float silu_mul_f(float g, float u) {
 // A position's flat cache slot through its row's page table (windows and pages alike).
 DEV i64 slot_of(const int* __restrict__ tab, int p, int pt) { return (i64)tab[p / pt] * pt + (p % pt); }
 
+// Row `row`'s (cos, sin) pairs of a [rows][half] RoPE table, or none.
+DEV const float2* rope_row(const float2* __restrict__ cs, int row, int half) {
+  return cs != nullptr ? cs + (i64)row * half : nullptr;
+}
+
 // --- one head vector, with the lazy per-head ops applied --------------------------------------
 // One warp loads x[off .. off+D) into dst (shared memory), then optionally RMS-normalises it with
-// nw (q/k norm) and applies NeoX RoPE on the first 2*half dims at position pos[row] with
-// inverse frequencies inv (float64, computed on the host exactly as numpy does).
+// nw (q/k norm) and applies NeoX RoPE on the first 2*half dims with the row's (cos, sin) pairs cs
+// (rope_rows: float64 angles as numpy computes them, made once per forward, not once per block).
 DEV void load_head(float* dst, const float* __restrict__ x, i64 off, int D,
-                   const float* __restrict__ nw, float eps,
-                   const int* __restrict__ pos, int row, const double* __restrict__ inv, int half,
+                   const float* __restrict__ nw, float eps, const float2* __restrict__ cs, int half,
                    int lane) {
   for (int d = lane; d < D; d += 32) dst[d] = x[off + d];
   __syncwarp();
@@ -207,11 +211,10 @@ DEV void load_head(float* dst, const float* __restrict__ x, i64 off, int D,
     for (int d = lane; d < D; d += 32) dst[d] = __fmul_rn(__fdiv_rn(dst[d], r), nw[d]);
     __syncwarp();
   }
-  if (inv != nullptr) {
-    double p = (double)pos[row];
+  if (cs != nullptr) {
     for (int i = lane; i < half; i += 32) {
-      double ang = p * inv[i];
-      float c = (float)cos(ang), s = (float)sin(ang);
+      const float2 r = cs[i];
+      const float c = r.x, s = r.y;
       float a = dst[i], b = dst[i + half];
       dst[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
       dst[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));

@@ -52,15 +52,27 @@ extern "C" __global__ void gate_rows(const float* __restrict__ a, i64 lda, const
   out[n * J + j] = mode == 0 ? silu_mul_f(av, bv) : __fdiv_rn(av, __fadd_rn(1.0f, expf(-bv)));
 }
 
+// RoPE's (cos, sin) of n rows: cs[row][i] = (float)cos / sin of (double)pos[row] * inv[i], numpy's
+// float64 angle and functions rounded to float once. grid = ceil(n * half / 256), block = 256.
+extern "C" __global__ void rope_rows(const int* __restrict__ pos, const double* __restrict__ inv, int half, int n,
+                                     float2* __restrict__ cs) {
+  PDL_ENTRY;
+  const i64 e = (i64)blockIdx.x * 256 + threadIdx.x;
+  if (e >= (i64)n * half) return;
+  const int row = (int)(e / half), i = (int)(e % half);
+  const double ang = (double)pos[row] * inv[i];
+  cs[e] = make_float2((float)cos(ang), (float)sin(ang));
+}
+
 // Heads with their lazy ops (q/k norm, RoPE) written out: out [n, heads, D] contiguous.
 // grid = (n, heads), block = 32.
 extern "C" __global__ void heads_out(const float* __restrict__ x, i64 s0, i64 s1, int D,
-                                     const float* __restrict__ nw, float eps, const int* __restrict__ pos,
-                                     const double* __restrict__ inv, int half, float* __restrict__ out) {
+                                     const float* __restrict__ nw, float eps, const float2* __restrict__ cs,
+                                     int half, float* __restrict__ out) {
   PDL_ENTRY;
   __shared__ float buf[1024];
   const int row = blockIdx.x, head = blockIdx.y, heads = gridDim.y, lane = threadIdx.x;
-  load_head(buf, x, (i64)row * s0 + (i64)head * s1, D, nw, eps, pos, row, inv, half, lane);
+  load_head(buf, x, (i64)row * s0 + (i64)head * s1, D, nw, eps, rope_row(cs, row, half), half, lane);
   for (int d = lane; d < D; d += 32) out[((i64)row * heads + head) * D + d] = buf[d];
 }
 

@@ -266,9 +266,15 @@ def gate_rows(a, lda: int, b, ldb: int, out, J: int, mode: int, rows: int):
     f((rows, (J + 255) // 256), (256,), (a, i64(lda), b, i64(ldb), out, i32(J), i32(mode)))
 
 
-def heads_out(x, s0: int, s1: int, D: int, nw, eps: float, pos, inv, half: int, out, rows: int, heads: int):
+def rope_rows(pos, inv, half: int, rows: int, out):
+    """out [rows, half] float2: RoPE's (cos, sin) at each row's position, for every kernel of a forward."""
+    f = function("elementwise.cu", "rope_rows")
+    f((max(1, -(-rows * half // 256)),), (256,), (pos, inv, i32(half), i32(rows), out))
+
+
+def heads_out(x, s0: int, s1: int, D: int, nw, eps: float, cs, half: int, out, rows: int, heads: int):
     f = function("elementwise.cu", "heads_out")
-    f((rows, heads), (32,), (x, i64(s0), i64(s1), i32(D), _ptr(nw), f32(eps), _ptr(pos), _ptr(inv), i32(half), out))
+    f((rows, heads), (32,), (x, i64(s0), i64(s1), i32(D), _ptr(nw), f32(eps), _ptr(cs), i32(half), out))
 
 
 def copy_slots(src, dst, sizes, sslots, dslots, pairs: int, arrays: int, largest: int):
@@ -290,10 +296,10 @@ def sample(x, ldx: int, V: int, mode, par, out, rows: int):
 
 
 # --- attention.cu --------------------------------------------------------------------------------
-def kv_write(kv8: bool, k, ks0: int, ks1: int, knw, keps: float, inv, half: int, v, vs0: int, vs1: int,
+def kv_write(kv8: bool, k, ks0: int, ks1: int, knw, keps: float, cs, half: int, v, vs0: int, vs1: int,
              positions, tables, pt: int, KH: int, D: int, kc, vc, ksc, vsc, rows: int):
     f = function("attention.cu", "kv_write<%d>" % int(kv8))
-    f((rows, KH), (64,), (k, i64(ks0), i64(ks1), _ptr(knw), f32(keps), _ptr(inv), i32(half), v, i64(vs0), i64(vs1),
+    f((rows, KH), (64,), (k, i64(ks0), i64(ks1), _ptr(knw), f32(keps), _ptr(cs), i32(half), v, i64(vs0), i64(vs1),
                          positions, tables, i32(tables.shape[1]), i32(pt), i32(KH), i32(D), kc, vc, _ptr(ksc),
                          _ptr(vsc)))
 
@@ -308,7 +314,7 @@ def decode_smem(kv8: bool, G: int, D: int) -> int:
     return (2 * CHUNK * (D // 2 + 4) + G * (D + 8) + G * (CHUNK + 8) + 2 * CHUNK + 2 * D) * 4
 
 
-def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: int, kn, ks0: int, ks1: int, knw,
+def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, cs, half: int, kn, ks0: int, ks1: int, knw,
                 keps: float, vn, vs0: int, vs1: int, positions, tables, pt: int, kc, vc, ksc, vsc, KH: int, G: int,
                 D: int, scale: float, out, rows: int):
     """Decode attention of `rows` rows; with kn/vn, the rows' new K/V are written to the cache first.
@@ -323,7 +329,7 @@ def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
     f = function("attention.cu", "attn_decode<%d>" % int(kv8))
     smem = decode_smem(kv8, G, D)
     f.allow_smem(smem)
-    f((KH, rows, nch), (256,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(inv), i32(half), _ptr(kn), i64(ks0),
+    f((KH, rows, nch), (256,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(cs), i32(half), _ptr(kn), i64(ks0),
                                i64(ks1), _ptr(knw), f32(keps), _ptr(vn), i64(vs0), i64(vs1), positions, tables,
                                i32(tables.shape[1]), i32(pt), kc, vc, _ptr(ksc), _ptr(vsc), i32(KH), i32(G), i32(D),
                                f32(scale), _ptr(part), _ptr(gpart), i32(nch), counters, out), shared_mem=smem)
@@ -360,7 +366,7 @@ def prompt_shape(D: int, limit: int, kv8: bool = False, f16: bool = False) -> tu
     return DT, BK, NW, prompt_smem(DT, BK, NW, kv8, f16)
 
 
-def attn_prompt(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: int, positions, tables, pt: int,
+def attn_prompt(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, cs, half: int, positions, tables, pt: int,
                 kc, vc, ksc, vsc, KH: int, G: int, D: int, scale: float, out, rows: int, maxpos: int,
                 f16: bool = False):
     """Prompt attention of `rows` rows reaching at most position `maxpos`: key splits of PROMPT_SPLIT
@@ -371,7 +377,7 @@ def attn_prompt(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, inv, half: i
     f.allow_smem(smem)
     QR, S, H = 16 * NW // G, maxpos // PROMPT_SPLIT + 1, KH * G
     part = cupy.empty(rows * H * S * (D + 2), cupy.float32)
-    f(((rows + QR - 1) // QR, KH, S), (32 * NW,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(inv), i32(half),
+    f(((rows + QR - 1) // QR, KH, S), (32 * NW,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(cs), i32(half),
                                                  positions, tables, i32(pt), kc, vc, _ptr(ksc), _ptr(vsc), i32(KH),
                                                  i32(G), i32(D), f32(scale), i32(rows), i32(PROMPT_SPLIT), part),
       shared_mem=smem)
@@ -394,7 +400,7 @@ def variants() -> list[tuple[str, str]]:
     qgemm = ["%s<%d, %d>" % (k, group // 32, st) for k in ("qgemm", "qgemm_dequant") for group in QMV_GROUPS
              for st in QMV_SCALES]
     qgemm += ["qgemm_stage<%d>" % xm for xm in QMV_INPUTS] + ["qgemm_reduce"]
-    elementwise = ["rmsnorm_rows", "gate_rows", "heads_out", "copy_slots"]
+    elementwise = ["rmsnorm_rows", "gate_rows", "rope_rows", "heads_out", "copy_slots"]
     attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode") for kv8 in (0, 1)]
     prompt = sorted({"attn_prompt<%d, %d, %d, %d, %d>" % (kv8, *prompt_shape(D, limit, kv8, f16)[:3], f16)
                      for kv8 in (0, 1) for f16 in (0, 1) for limit in DEVICE_SMEM for D in (64, 128, 256)})

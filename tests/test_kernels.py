@@ -298,6 +298,26 @@ def test_rope_and_qk_norm_on_strided_heads(gb, D, rot, theta):
     assert np.allclose(gb.to_host(qn), ref, rtol=1e-5, atol=2e-6)
 
 
+def test_rope_table_is_numpys_cos_and_sin_made_once_a_forward(gb):
+    """The (cos, sin) pairs every kernel applies are numpy's float64 angle and functions rounded to
+    float once; one table serves every q and k of a forward on the same positions, and the next
+    forward (it starts with an embedding) makes its own."""
+    theta, rot = 5e5, 128
+    pos = np.concatenate([np.arange(0, 40000, 7), [131071]]).astype(np.int32)
+    x = gb.asarray(np.zeros((len(pos), 1, rot), np.float32))
+    r1, r2 = gb.rope(x, pos, theta, rot), gb.rope(x, pos, theta, rot)
+    assert r1.cs is r2.cs
+    half = rot // 2
+    ang = pos.astype(np.float64)[:, None] * (1.0 / (theta ** (np.arange(half, dtype=np.float64) * 2.0 / rot)))
+    cs = gb.to_host(r1.cs)
+    for got, want in ((cs[..., 0], np.cos(ang).astype(np.float32)), (cs[..., 1], np.sin(ang).astype(np.float32))):
+        ulps = np.abs(got.view(np.int32).astype(np.int64) - want.view(np.int32).astype(np.int64))
+        assert ulps.max() <= 1 and (ulps == 0).mean() > 0.9999  # float64 libraries may differ in a last bit
+    table = gb.prepare(rand_affine(np.random.default_rng(0), 4, 256, 4, 64, "float16"), "embed")
+    gb.embed(table, np.array([1], np.int32))
+    assert gb.rope(x, pos, theta, rot).cs is not r1.cs
+
+
 # --- KV cache and attention ---------------------------------------------------------------------------
 def caches(gb, dtype, pages=40, pt=16, kvh=3, D=64, layers=1):
     return tuple(Cache(b, layers=layers, pages=pages, page_tokens=pt, kv_heads=kvh, head_dim=D, kv_dtype=dtype, lanes=1)

@@ -137,7 +137,7 @@ class Llama:
     def qk(self, layer: dict, q, k, rows: Rows):
         """Per-head q and k with RoPE applied."""
         b, c = self.b, self.cfg
-        pos = b.asarray(rows.positions)
+        pos = rows.positions  # one object for every layer: a backend makes its RoPE table once a forward
         return b.rope(q, pos, c.rope_theta, c.rotary_dim), b.rope(k, pos, c.rope_theta, c.rotary_dim)
 
     def attention(self, li: int, layer: dict, h, rows: Rows, cache: Cache):

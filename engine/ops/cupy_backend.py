@@ -102,6 +102,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         self._use()
         self._graphs = cupy_graphs.DecodeGraphs(self.stream)
         self._inv: dict[tuple, object] = {}
+        self._rope: dict[tuple, tuple] = {}  # this forward's RoPE tables: (positions, cos/sin) by key
         self._uploads: list[tuple] = []
         self._pending_kv = None  # (cache, layer, k, v, tables, positions) of a deferred kv_write
         self._routed = None  # (experts, expert count, slots) of the last moe_route, for moe_experts
@@ -242,6 +243,20 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         self._uploads = [(a, dev)] + self._uploads[:7]
         return dev
 
+    def _rope_rows(self, pos, theta: float, rotary_dim: int):
+        """RoPE's (cos, sin) [rows, half] at these rows' positions, made once per forward and shared by
+        every layer's q and k (the float64 trigonometry was each attention block's)."""
+        key = (id(pos), float(theta), int(rotary_dim))
+        hit = self._rope.get(key)
+        if hit is not None and hit[0] is pos:  # the entry holds pos: its id is not reused meanwhile
+            return hit[1]
+        n, half = len(pos), rotary_dim // 2
+        cs = cupy.empty((n, half, 2), cupy.float32)
+        if n and half:
+            K.rope_rows(pos, self._inv_freq(theta, rotary_dim), half, n, cs)
+        self._rope[key] = (pos, cs)
+        return cs
+
     def _inv_freq(self, theta: float, rotary_dim: int):
         key = (float(theta), int(rotary_dim))
         if key not in self._inv:
@@ -260,18 +275,19 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         return x
 
     def _heads(self, x):
-        """(base view, s0, s1, norm, eps, pos, inv, half) of a heads input, lazy or not."""
+        """(base view, s0, s1, norm, eps, cs, half) of a heads input, lazy or not."""
         if isinstance(x, Heads):
             s0, s1 = x.strides_el
-            return x.x, s0, s1, x.norm, x.eps, x.pos, x.inv, x.half
+            return x.x, s0, s1, x.norm, x.eps, x.cs, x.half
         x = self._m(x)
         if not unit_rows(x, 3):
             x = cupy.ascontiguousarray(x, dtype=cupy.float32)
-        return x, x.strides[0] // 4, x.strides[1] // 4, None, 0.0, None, None, 0
+        return x, x.strides[0] // 4, x.strides[1] // 4, None, 0.0, None, 0
 
     # --- elementwise and norms ----------------------------------------------------------------
     def embed(self, table, ids):
         self._use()  # the first op of every forward
+        self._rope = {}  # RoPE tables live for one forward (a captured one makes its own)
         ids = self._dev_i32(ids)
         n = len(ids)
         out = cupy.empty((n, table.K), cupy.float32)
@@ -284,7 +300,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
 
     def rmsnorm(self, x, w, eps: float):
         self._use()
-        if isinstance(x, Heads) and x.norm is None and x.inv is None:
+        if isinstance(x, Heads) and x.norm is None and x.cs is None:
             x = x.x
         if (isinstance(x, cupy.ndarray) and x.ndim == 3 and w.shape[0] == x.shape[-1] and unit_rows(x, 3)
                 and x.shape[-1] <= 256):
@@ -331,15 +347,15 @@ class CupyBackend(Qwen35Ops, DrafterOps):
 
     def rope(self, x, positions, theta: float, rotary_dim: int):
         pos = self._dev_i32(positions)
-        inv = self._inv_freq(theta, rotary_dim)
-        if isinstance(x, Heads) and x.inv is None:
-            return Heads(self, x.x, x.norm, x.eps, pos, inv, rotary_dim // 2)
+        cs = self._rope_rows(pos, theta, rotary_dim)
+        if isinstance(x, Heads) and x.cs is None:
+            return Heads(self, x.x, x.norm, x.eps, cs, rotary_dim // 2)
         x = self._m(x)
         if not unit_rows(x, 3):
             x = cupy.ascontiguousarray(x, dtype=cupy.float32)
         if x.shape[-1] > 1024:
             raise BackendError(f"head dim {x.shape[-1]} is beyond the kernels' 1024")
-        return Heads(self, x, pos=pos, inv=inv, half=rotary_dim // 2)
+        return Heads(self, x, cs=cs, half=rotary_dim // 2)
 
     # --- matrix products -------------------------------------------------------------------------
     def linear(self, x, w, pad_to: int = 0, fp16: bool = False):
@@ -409,15 +425,15 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         cache, layer, k, v, tables, positions = self._pending_kv
         self._pending_kv = None
         self._use()
-        kb, ks0, ks1, knw, keps, _kpos, inv, half = self._heads(k)
+        kb, ks0, ks1, knw, keps, cs, half = self._heads(k)
         vb, vs0, vs1, *_ = self._heads(self._m(v))
-        pos = self._dev_i32(positions)  # slots, and the RoPE positions of a lazy k (the same rows)
+        pos = self._dev_i32(positions)  # the slots
         tab = self._dev_i32(tables)
         n, KH, D = kb.shape
         if n == 0:
             return
         fp8 = cache.dtype == "fp8"
-        K.kv_write(fp8, kb, ks0, ks1, knw, keps, inv, half, vb, vs0, vs1, pos, tab, cache.page_tokens, KH, D,
+        K.kv_write(fp8, kb, ks0, ks1, knw, keps, cs, half, vb, vs0, vs1, pos, tab, cache.page_tokens, KH, D,
                    cache.k[layer], cache.v[layer], cache.k_scale[layer] if fp8 else None,
                    cache.v_scale[layer] if fp8 else None, n)
 
@@ -440,7 +456,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         pend = None if apart else self._take_kv(cache, layer, tables, positions)
         if apart:
             self._flush_kv()
-        qb, qs0, qs1, qnw, qeps, _qpos, inv, half = self._heads(q)
+        qb, qs0, qs1, qnw, qeps, cs, half = self._heads(q)
         n, H, D = qb.shape
         KH = cache.k[layer].shape[2]
         G = H // KH
@@ -449,7 +465,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
             return out
         if G > 16 or D > 256 or D % 16 or G * D > 4096 or K.decode_smem(cache.dtype == "fp8", G, D) > 96 * 1024:
             raise BackendError(f"attention of {H} heads over {KH} kv heads of dim {D} is beyond the kernels")
-        pos = self._dev_i32(positions)  # lengths, and the RoPE positions of a lazy q (the same rows)
+        pos = self._dev_i32(positions)  # the rows' lengths
         tab = self._dev_i32(tables)
         fp8 = cache.dtype == "fp8"
         ksc = cache.k_scale[layer] if fp8 else None
@@ -457,24 +473,24 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         scale = float(np.float32(D ** -0.5))
         if prompt:  # key splits up to the last row's position (device rows: up to the lane's end)
             last = int(positions.max()) if isinstance(positions, np.ndarray) else tab.shape[1] * cache.page_tokens - 1
-            K.attn_prompt(fp8, qb, qs0, qs1, qnw, qeps, inv, half, pos, tab, cache.page_tokens, cache.k[layer],
+            K.attn_prompt(fp8, qb, qs0, qs1, qnw, qeps, cs, half, pos, tab, cache.page_tokens, cache.k[layer],
                           cache.v[layer], ksc, vsc, KH, G, D, scale, out, n, last, fp16)
             return out
         kn = vn = knw = None
         ks0 = ks1 = vs0 = vs1 = 0
         keps = 0.0
         if pend is not None:
-            kn, ks0, ks1, knw, keps, _kpos, kinv, khalf = self._heads(pend[2])
+            kn, ks0, ks1, knw, keps, kcs, khalf = self._heads(pend[2])
             vn, vs0, vs1, *_ = self._heads(self._m(pend[3]))
-            if (kinv is None) != (inv is None) or kn.shape[1] != KH or kn.shape[2] != D:
+            if (kcs is None) != (cs is None) or kn.shape[1] != KH or kn.shape[2] != D:
                 self._pending_kv = pend  # a layout the fused write does not take: write it apart
                 self._flush_kv()
                 kn = vn = knw = None
-            elif kinv is not None and (kinv is not inv or khalf != half):
+            elif kcs is not None and (kcs is not cs or khalf != half):
                 self._pending_kv = pend
                 self._flush_kv()
                 kn = vn = knw = None
-        K.attn_decode(fp8, qb, qs0, qs1, qnw, qeps, inv, half, kn, ks0, ks1, knw, keps, vn, vs0, vs1, pos, tab,
+        K.attn_decode(fp8, qb, qs0, qs1, qnw, qeps, cs, half, kn, ks0, ks1, knw, keps, vn, vs0, vs1, pos, tab,
                       cache.page_tokens, cache.k[layer], cache.v[layer], ksc, vsc, KH, G, D, scale, out, n)
         return out
 

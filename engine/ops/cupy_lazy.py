@@ -37,10 +37,11 @@ class Lazy:
 
 
 class Heads(Lazy):
-    """x [n, heads, D] (a view with unit dim stride) with an optional RMSNorm over D and RoPE pending."""
+    """x [n, heads, D] (a view with unit dim stride) with an optional RMSNorm over D and RoPE pending
+    (cs: the rows' (cos, sin) table from the backend's rope)."""
 
-    def __init__(self, backend, x, norm=None, eps=0.0, pos=None, inv=None, half=0):
-        self.b, self.x, self.norm, self.eps, self.pos, self.inv, self.half = backend, x, norm, eps, pos, inv, half
+    def __init__(self, backend, x, norm=None, eps=0.0, cs=None, half=0):
+        self.b, self.x, self.norm, self.eps, self.cs, self.half = backend, x, norm, eps, cs, half
         self.shape, self.dtype, self.ndim = x.shape, x.dtype, 3
         self._out = None
 
@@ -54,7 +55,7 @@ class Heads(Lazy):
             out = cupy.empty((n, heads, D), cupy.float32)
             if n:
                 s0, s1 = self.strides_el
-                K.heads_out(self.x, s0, s1, D, self.norm, self.eps, self.pos, self.inv, self.half, out, n, heads)
+                K.heads_out(self.x, s0, s1, D, self.norm, self.eps, self.cs, self.half, out, n, heads)
             self._out = out
         return self._out
 
