@@ -101,6 +101,18 @@ def test_a_failing_prompt_fails_its_stream_alone():
     assert sched.lanes.pool.used == 0
 
 
+def failing_stream(bad, after: int, batches: list):
+    """A fault hook: every decode forward holding `bad`'s row raises once it has `after` tokens;
+    `batches` collects the decode forwards' row counts."""
+    def fault(rows):
+        if not rows.prompt:
+            batches.append(len(rows))
+        if not rows.prompt and bad.lane is not None and bad.lane.index in rows.lanes.tolist() \
+                and bad.generated >= after:
+            raise ValueError(f"row of stream {bad.id} went wrong")
+    return fault
+
+
 @pytest.mark.parametrize("model", ["synthetic:tiny-llama", "synthetic:tiny-qwen3.5"])
 def test_an_error_in_a_batched_decode_fails_only_its_stream(model):
     """The step raises after every row's state moved on: the rows' recurrent state is put back,
@@ -113,15 +125,7 @@ def test_an_error_in_a_batched_decode_fails_only_its_stream(model):
     seqs = [r.sequence(i, s, None, GREEDY, events.append, p) for i, p in enumerate(prompts(4), 1)]
     bad = seqs[2]
     batches = []
-
-    def fault(rows):
-        if not rows.prompt:
-            batches.append(len(rows))
-        if not rows.prompt and bad.lane is not None and bad.lane.index in rows.lanes.tolist() \
-                and bad.generated >= 5:
-            raise ValueError("row of stream 3 went wrong")
-
-    sched.after_forward = fault
+    sched.after_forward = failing_stream(bad, 5, batches)
     done = run_to_end(sched, seqs)
     failed = [e for e in events if isinstance(e, Failed)]
     assert [e.request_id for e in failed] == [3] and "stream 3 went wrong" in failed[0].message

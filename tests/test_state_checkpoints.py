@@ -2,7 +2,7 @@
 that may be several steps old, by replaying the decode steps since; the saved slots are refreshed
 only when a stream is that many steps past them."""
 import pytest
-from test_scheduler import prompts, runner
+from test_scheduler import failing_stream, prompts, runner
 
 from engine.engine import run_to_end
 from engine.events import Failed
@@ -25,15 +25,7 @@ def test_a_failed_step_replays_from_a_stale_checkpoint_and_the_others_equal_solo
     seqs = [r.sequence(i, s, None, LONG, events.append, p) for i, p in enumerate(prompts(3), 1)]
     bad = seqs[1]
     steps = []
-
-    def fault(rows):
-        if not rows.prompt:
-            steps.append(len(rows))
-        if not rows.prompt and bad.lane is not None and bad.lane.index in rows.lanes.tolist() \
-                and bad.generated >= fail_at:
-            raise ValueError("row of stream 2 went wrong")
-
-    sched.after_forward = fault
+    sched.after_forward = failing_stream(bad, fail_at, steps)
     done = run_to_end(sched, seqs)
     assert [e.request_id for e in events if isinstance(e, Failed)] == [2]
     assert bad.generated == fail_at
