@@ -200,10 +200,6 @@ DEV const float2* rope_row(const float2* __restrict__ cs, int row, int half) {
 DEV void load_head(float* dst, const float* __restrict__ x, i64 off, int D,
                    const float* __restrict__ nw, float eps, const float2* __restrict__ cs, int half,
                    int lane) {
-  float2 rc[4];  // the first 128 pairs, loaded beside x (one round trip, not two in a row)
-#pragma unroll
-  for (int k = 0; k < 4; ++k)
-    if (cs != nullptr && lane + 32 * k < half) rc[k] = cs[lane + 32 * k];
   for (int d = lane; d < D; d += 32) dst[d] = x[off + d];
   __syncwarp();
   if (nw != nullptr) {
@@ -216,15 +212,13 @@ DEV void load_head(float* dst, const float* __restrict__ x, i64 off, int D,
     __syncwarp();
   }
   if (cs != nullptr) {
-    auto rotate = [&](int i, float2 r) {
-      const float a = dst[i], b = dst[i + half];
-      dst[i] = __fsub_rn(__fmul_rn(a, r.x), __fmul_rn(b, r.y));
-      dst[i + half] = __fadd_rn(__fmul_rn(b, r.x), __fmul_rn(a, r.y));
-    };
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (lane + 32 * k < half) rotate(lane + 32 * k, rc[k]);
-    for (int i = lane + 128; i < half; i += 32) rotate(i, cs[i]);  // heads wider than 256
+    for (int i = lane; i < half; i += 32) {
+      const float2 r = cs[i];
+      const float c = r.x, s = r.y;
+      float a = dst[i], b = dst[i + half];
+      dst[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+      dst[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    }
     __syncwarp();
   }
 }
