@@ -28,6 +28,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +36,10 @@ from .bench_prefill import gemm_rate, interleave_cells, interleave_names, mfu_no
 from .bench_profile import format_profile, profile_chunk, profile_step
 from .errors import PlanError
 from .settings import EngineSettings, SamplingParams
+
+if TYPE_CHECKING:
+    from .engine import Runner
+    from .scheduler import Scheduler
 
 CHATS = [
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -286,11 +291,17 @@ def step_stats(cell: Cell, bench: Bench, rows: int, bw: float) -> Cell:
     return cell
 
 
+def ready_scheduler(runner: Runner, s: EngineSettings) -> Scheduler:
+    """A scheduler with every decode graph captured, as the engine starts one: no cell times a capture."""
+    sched = runner.scheduler(s)
+    sched.warm_decode()
+    return sched
+
+
 def drafted_cell(bench: Bench, s: EngineSettings, msgs: list, params: SamplingParams, plain: list, cell: Cell,
                  log) -> Cell:
     """The decode cell again with the settings' drafter (the oracle learns the plain cell's tokens)."""
-    sched = bench.runner.scheduler(s)
-    sched.warm_decode()  # as the engine does at start: no cell captures a graph inside its timing
+    sched = ready_scheduler(bench.runner, s)
     if sched.verifier is None:
         return Cell(cell.name + f", {s.drafter}", note=f"skipped: {sched.plan.drafter_note}")
     if s.drafter == "oracle":
@@ -346,8 +357,7 @@ def main(a) -> int:
     b, cfg = runner.backend, runner.loaded.config
     if getattr(a, "prompt_gemm", "auto") != "auto" and b.name == "cupy":
         b.prompt_gemm = a.prompt_gemm
-    sched = runner.scheduler(s)
-    sched.warm_decode()  # as the engine does at start: no cell captures a graph inside its timing
+    sched = ready_scheduler(runner, s)
     s = sched.s  # the backend's prefill chunk filled in
     bw = copy_bandwidth(b)
     wbytes = step_weight_bytes(runner.model, 0)
@@ -398,8 +408,7 @@ def main(a) -> int:
             if drafted is not None:
                 sched = None  # its cache's memory goes to the drafted run's, then back
                 cells.append(drafted_cell(bench, drafted, msgs, params, seqs, cells[-1], log))
-                sched = runner.scheduler(s)
-                sched.warm_decode()
+                sched = ready_scheduler(runner, s)
                 bench.timed_decode(sched)
     S = getattr(a, "interleave", 0)
     if S and lengths:

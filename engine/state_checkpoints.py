@@ -31,7 +31,7 @@ class StateCheckpoints:
         """Before a batched step: refresh the saved slots of the streams that are due, in one copy."""
         if not self.cache.stateful:
             return
-        due = [q for q in seqs if self._behind(q) is None]
+        due = [q for q in seqs if self._replay_from(q) is None]
         if due:
             self.cache.checkpoint([q.lane.index for q in due])
             self.copies += len(due)
@@ -43,7 +43,7 @@ class StateCheckpoints:
         forward) over its tokens from there to `end`, one row a step."""
         if not self.cache.stateful:
             return
-        start = self._behind(seq, end)
+        start = self._replay_from(seq, end)
         if start is None:
             raise RuntimeError(f"stream {seq.id}: no state checkpoint to go back to")
         lane = seq.lane.index
@@ -53,7 +53,7 @@ class StateCheckpoints:
         for p in range(start, end):
             run(Rows(np.array([seq.tokens[p]]), np.array([p]), table, np.array([lane]), False))
 
-    def _behind(self, seq, at: int | None = None) -> int | None:
+    def _replay_from(self, seq, at: int | None = None) -> int | None:
         """Where `seq`'s saved slot stands if it can be replayed from there to `at` (default: its
         computed positions), else None."""
         at = seq.computed if at is None else at

@@ -246,9 +246,9 @@ class CupyBackend(Qwen35Ops, DrafterOps):
     def _rope_rows(self, pos, theta: float, rotary_dim: int):
         """RoPE's (cos, sin) [rows, half] at these rows' positions, made once per forward and shared by
         every layer's q and k (the float64 trigonometry was each attention block's)."""
-        key = (id(pos), float(theta), int(rotary_dim))
+        key = (id(pos), float(theta), int(rotary_dim))  # the entry holds pos: its id is not reused meanwhile
         hit = self._rope.get(key)
-        if hit is not None and hit[0] is pos:  # the entry holds pos: its id is not reused meanwhile
+        if hit is not None:
             return hit[1]
         n, half = len(pos), rotary_dim // 2
         cs = cupy.empty((n, half, 2), cupy.float32)
