@@ -21,6 +21,9 @@ class Rows:
     hidden: bool = False  # the forward also returns the final-normed hidden state of every row (drafters)
     taps: tuple[int, ...] = ()  # with `hidden`: these layers' outputs instead, concatenated (DFlash2)
     fp16: bool = False  # prompt chunks: products may round to fp16 (EngineSettings.prefill_precision)
+    # Decode rows whose tokens `choose` will be asked for with these (params, positions): a backend may
+    # choose them inside the step (the CUDA graph samples on the device) and hand them to `choose`.
+    choose: tuple[list, list[int]] | None = None
 
     def __post_init__(self) -> None:
         self.tokens = np.ascontiguousarray(self.tokens, dtype=np.int32)

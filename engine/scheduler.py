@@ -294,8 +294,9 @@ class Scheduler:
     def _decode(self, seqs: list[Sequence]) -> None:
         if self.verifier is not None:
             return self.verifier.step(seqs)
-        logits = self.run_decode(self._rows(seqs, False))
-        tokens = self._choose(logits, seqs)
+        rows = self._rows(seqs, False)
+        rows.choose = self._choice(seqs)
+        tokens = self.b.choose(self.run_decode(rows), *rows.choose)
         for seq, tok in zip(seqs, tokens):
             seq.computed += 1
             self._append(seq, tok)
@@ -336,7 +337,12 @@ class Scheduler:
         self._decode([seq])
 
     def _choose(self, logits, seqs: list[Sequence]) -> list[int]:
-        return self.b.choose(logits, [q.params for q in seqs], [len(q.tokens) for q in seqs])
+        return self.b.choose(logits, *self._choice(seqs))
+
+    @staticmethod
+    def _choice(seqs: list[Sequence]) -> tuple[list, list[int]]:
+        """`choose`'s (params, positions) for the streams' next tokens: keyed by the position sampled."""
+        return [q.params for q in seqs], [len(q.tokens) for q in seqs]
 
     # --- tokens out ----------------------------------------------------------------------
     def _append(self, seq: Sequence, tok: int) -> None:

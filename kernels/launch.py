@@ -308,17 +308,37 @@ def decode_chunks(table_width: int, page_tokens: int) -> int:
     return -(-(table_width * page_tokens) // CHUNK)
 
 
-def decode_smem(kv8: bool, G: int, D: int) -> int:
-    """Dynamic shared bytes of attn_decode: bf16 K and V tiles of a chunk (fp8 decoded into them), q,
-    scores, scales, new heads; pitches padded for conflict-free fragment loads."""
-    return (2 * CHUNK * (D // 2 + 4) + G * (D + 8) + G * (CHUNK + 8) + 2 * CHUNK + 2 * D) * 4
+def decode_smem(kv8: bool, G: int, D: int, st: int = 1) -> int:
+    """Dynamic shared bytes of attn_decode: st stages of bf16 K and V tiles of a chunk (fp8 decoded
+    into them) and their fp8 scales, q, scores, new heads; pitches padded for conflict-free fragment
+    loads."""
+    return (st * 2 * CHUNK * (D // 2 + 4) + G * (D + 8) + G * (CHUNK + 8) + st * 2 * CHUNK + 2 * D) * 4
+
+
+def decode_stages(kv8: bool, G: int, D: int, units: int) -> int:
+    """Two tile stages for launches of few (kv head, row) pairs, where they fit: a long row's chunks
+    then run as few blocks that load the next chunk during this one's products. Many pairs fill the
+    GPU with one-stage blocks, three an SM, which measured faster."""
+    return 2 if units <= 16 and decode_smem(kv8, G, D, 2) <= smem_optin() else 1
+
+
+@lru_cache(maxsize=None)
+def decode_resident(kv8: bool, G: int, D: int, st: int) -> int:
+    """attn_decode blocks the device holds at once: its SMs x the blocks an SM fits (shared memory,
+    with the 1 KB a block reserves, and the kernel's launch bound)."""
+    import cupy
+    attrs = cupy.cuda.Device().attributes
+    per_sm = attrs["MaxSharedMemoryPerMultiprocessor"] // (decode_smem(kv8, G, D, st) + 2048)
+    return attrs["MultiProcessorCount"] * max(1, min(3 if st == 1 else 2, per_sm))
 
 
 def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, cs, half: int, kn, ks0: int, ks1: int, knw,
                 keps: float, vn, vs0: int, vs1: int, positions, tables, pt: int, kc, vc, ksc, vsc, KH: int, G: int,
-                D: int, scale: float, out, rows: int):
+                D: int, scale: float, out, rows: int, resident: int | None = None, stages: int | None = None):
     """Decode attention of `rows` rows; with kn/vn, the rows' new K/V are written to the cache first.
-    D a multiple of 16 (whole MMA steps) up to 256, G up to 16 (the backend checks both)."""
+    D a multiple of 16 (whole MMA steps) up to 256, G up to 16 (the backend checks both). `resident`
+    (the blocks a wave holds, for chunks_per_block) and `stages` shape the launch only (benches and
+    tests compare them): a row's bits are the same under any."""
     import cupy
     nch = decode_chunks(tables.shape[1], pt)
     gmax = -(-nch // GROUP)
@@ -326,13 +346,16 @@ def attn_decode(kv8: bool, q, qs0: int, qs1: int, qnw, qeps: float, cs, half: in
     part = cupy.empty(rows * H * nch * (D + 2), cupy.float32) if nch > 1 else None
     gpart = cupy.empty(rows * H * gmax * (D + 2), cupy.float32) if gmax > 1 else None
     counters = qmv_counters(rows * KH * (gmax + 1))
-    f = function("attention.cu", "attn_decode<%d>" % int(kv8))
-    smem = decode_smem(kv8, G, D)
+    st = stages or decode_stages(kv8, G, D, rows * KH)
+    resident = resident or decode_resident(kv8, G, D, st)
+    f = function("attention.cu", "attn_decode<%d, %d>" % (int(kv8), st))
+    smem = decode_smem(kv8, G, D, st)
     f.allow_smem(smem)
     f((KH, rows, nch), (256,), (q, i64(qs0), i64(qs1), _ptr(qnw), f32(qeps), _ptr(cs), i32(half), _ptr(kn), i64(ks0),
                                i64(ks1), _ptr(knw), f32(keps), _ptr(vn), i64(vs0), i64(vs1), positions, tables,
                                i32(tables.shape[1]), i32(pt), kc, vc, _ptr(ksc), _ptr(vsc), i32(KH), i32(G), i32(D),
-                               f32(scale), _ptr(part), _ptr(gpart), i32(nch), counters, out), shared_mem=smem)
+                               f32(scale), _ptr(part), _ptr(gpart), i32(nch), i32(resident), counters, out),
+      shared_mem=smem)
 
 
 # --- attn_prompt.cu ------------------------------------------------------------------------------
@@ -401,7 +424,8 @@ def variants() -> list[tuple[str, str]]:
              for st in QMV_SCALES]
     qgemm += ["qgemm_stage<%d>" % xm for xm in QMV_INPUTS] + ["qgemm_reduce"]
     elementwise = ["rmsnorm_rows", "gate_rows", "rope_rows", "heads_out", "copy_slots"]
-    attention = [f"{k}<{kv8}>" for k in ("kv_write", "attn_decode") for kv8 in (0, 1)]
+    attention = ([f"kv_write<{kv8}>" for kv8 in (0, 1)]
+                 + [f"attn_decode<{kv8}, {st}>" for kv8 in (0, 1) for st in (1, 2)])
     prompt = sorted({"attn_prompt<%d, %d, %d, %d, %d>" % (kv8, *prompt_shape(D, limit, kv8, f16)[:3], f16)
                      for kv8 in (0, 1) for f16 in (0, 1) for limit in DEVICE_SMEM for D in (64, 128, 256)})
     prompt += ["attn_prompt_merge"]

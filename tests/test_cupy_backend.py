@@ -175,17 +175,20 @@ def test_model_on_gpu_matches_numpy(gb, name, kv_dtype, precision):
                                            ("tiny-qwen3.5-moe", "bf16")])
 def test_graph_decode_equals_eager_and_solo_equals_batched(gb, name, kv_dtype):
     """Graphs launch their kernels programmatically (kernels/pdl.py), eager steps do not: the same
-    tokens say that no kernel read its inputs before the one ahead of it wrote them."""
+    tokens say that no kernel read its inputs before the one ahead of it wrote them. A graph also
+    samples its rows' tokens (greedy, top-k on the device, and a row the host samples: no top-k)."""
     from engine.engine import run_to_end
     from engine.scheduler import Sequence
     model = synthetic(name, seed=5)
     prompts = [[1] + list(np.random.default_rng(i).integers(16, 272, 20 + 37 * i)) for i in range(5)]
+    params = [SamplingParams(temperature=0, max_tokens=20, ignore_eos=True),
+              SamplingParams(temperature=1.0, top_k=40, top_p=0.95, seed=11, max_tokens=20, ignore_eos=True),
+              SamplingParams(temperature=0.8, top_k=0, top_p=0.9, seed=12, max_tokens=20, ignore_eos=True)]
 
     def run(graphs: bool, group: list[int]):
         gb.graphs = graphs
         sched = scheduler(model, gb, parallel=8, paging="all", page_tokens=16, kv_dtype=kv_dtype)
-        seqs = [Sequence(i, list(prompts[i]), len(prompts[i]),
-                         SamplingParams(temperature=0, max_tokens=20, ignore_eos=True), lambda e: None,
+        seqs = [Sequence(i, list(prompts[i]), len(prompts[i]), params[i % 3], lambda e: None,
                          TextStream(sched.tok.stream(), [])) for i in group]
         run_to_end(sched, seqs)
         return [s.tokens for s in seqs]

@@ -415,6 +415,38 @@ def test_decode_attention_writes_the_rows_new_keys(gb, dtype, G, D):
     assert np.array_equal(again, out)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("G,D", [(4, 128), (6, 256)])
+def test_decode_attention_bits_do_not_depend_on_the_blocks_chunks(gb, dtype, G, D):
+    """Blocks of one chunk, or of 2-16 chunks (rows past kernels' LONG chunks) with one or two tile
+    stages: the same bits, the new K/V written by whichever block holds the row's position."""
+    from kernels import launch as KL
+    rng = np.random.default_rng(G)
+    pt, kvh = 64, 2
+    pos = np.array([9000, 4095, 1100, 63, 64, 5000], np.int32)
+    width = -(-9001 // pt)
+    pages = len(pos) * width
+    nc, gc = caches(gb, dtype, pages, pt, kvh, D)
+    fill_same(nc, gc, rng, dtype)
+    tables = cupy.asarray(rng.permutation(pages).reshape(len(pos), width).astype(np.int32))
+    q, k, v = (cupy.asarray(rng.normal(0, 1, (len(pos), h, D)).astype(np.float32)) for h in (kvh * G, kvh, kvh))
+    fp8 = dtype == "fp8"
+    ksc, vsc = (gc.k_scale[0], gc.v_scale[0]) if fp8 else (None, None)
+    outs, caches_after = [], []
+    # 12 (kv head, row) pairs; the row at 5,000 takes 1, 16, 16, 2, 4 and 8 chunks a block
+    for resident, stages in ((1 << 30, 1), (1, 1), (1, 2), (480, 2), (240, 1), (120, 2)):
+        k_c, v_c = gc.k[0].copy(), gc.v[0].copy()
+        out = cupy.empty((len(pos), kvh * G, D), cupy.float32)
+        KL.attn_decode(fp8, q, kvh * G * D, D, None, 0.0, None, 0, k, kvh * D, D, None, 0.0, v, kvh * D, D,
+                       cupy.asarray(pos), tables, pt, k_c, v_c, ksc, vsc, kvh, G, D, 0.0625, out, len(pos),
+                       resident=resident, stages=stages)
+        outs.append(cupy.asnumpy(out).view(np.uint32))
+        caches_after.append((cupy.asnumpy(k_c), cupy.asnumpy(v_c)))
+    for o, c in zip(outs[1:], caches_after[1:]):
+        assert np.array_equal(o, outs[0])
+        assert all(np.array_equal(a, b) for a, b in zip(c, caches_after[0]))
+
+
 @pytest.mark.parametrize("fp16", [False, True])
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])
 @pytest.mark.parametrize("pt,G,D", [(16, 3, 64), (256, 4, 128), (64, 6, 256), (16, 2, 16), (32, 16, 96)])

@@ -109,6 +109,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         self.graphs = True  # decode steps replay captured graphs (False: every step eagerly)
         self._landing: DeviceLanding | None = None
         self._slot_tables: dict[tuple, tuple] = {}  # copy_slots' device address tables
+        self._chosen = None  # (logits, (params, positions), tokens, mode) a graph's step already chose
 
     def _use(self) -> None:
         """Make the stream in use current (cheap when it already is)."""
@@ -500,30 +501,53 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         sampling keyed by uniform(seed, position)) with one copy back; a row the kernel cannot take
         (no top-k, k beyond its room, or too many ties at the threshold) by `sample` on the host."""
         self._use()
+        chosen, self._chosen = self._chosen, None
+        if chosen is not None and chosen[0] is logits and chosen[1] == (params, positions):
+            return self._finish_choice(logits, params, positions, chosen[2], chosen[3])
         logits = self._rows2d(logits)
         n, V = logits.shape
         if not n:
             return []
+        mode, par = self.sampling_inputs(params, positions, V)
+        out = cupy.empty(n, cupy.int32)
+        K.sample(logits, logits.strides[0] // 4, V, cupy.asarray(np.where(mode == 0, -1, mode)), cupy.asarray(par),
+                 out, n)
+        return self._finish_choice(logits, params, positions, out, mode)
+
+    @staticmethod
+    def sampling_inputs(params: list[SamplingParams], positions: list[int], V: int) -> tuple[np.ndarray, np.ndarray]:
+        """The sampling kernel's inputs: mode per row (-1 greedy, top-k, 0 for rows the host samples:
+        no top-k, or k beyond the kernel's room) and (temperature, top_p, uniform(seed, position))."""
         kmax = min(K.SAMPLE_MAX_K, V - 1)
         mode = np.array([-1 if p.greedy else (p.top_k if 0 < p.top_k <= kmax else 0) for p in params], np.int32)
         par = np.array([(p.temperature, p.top_p, uniform(p.seed, pos)) for p, pos in zip(params, positions)],
-                       np.float64)
-        out = cupy.empty(n, cupy.int32)
-        dmode = cupy.asarray(np.where(mode == 0, -1, mode))  # host rows run the cheap greedy path
-        K.sample(logits, logits.strides[0] // 4, V, dmode, cupy.asarray(par), out, n)
-        toks = self.to_host(out).tolist()
+                       np.float64).reshape(len(params), 3)
+        return mode, par
+
+    def _finish_choice(self, logits, params: list[SamplingParams], positions: list[int], out, mode) -> list[int]:
+        """The kernel's tokens back in one copy; the rows it could not take (mode 0, or too many ties
+        at the threshold) sampled on the host."""
+        toks = self.to_host(out[:len(params)]).tolist()
         for i, p in enumerate(params):
             if mode[i] == 0 or toks[i] < 0:
-                toks[i] = sample(self.to_host(logits[i]), p, positions[i])
+                toks[i] = sample(self.to_host(self._rows2d(logits)[i]), p, positions[i])
         return toks
 
     # --- CUDA-graph decode -------------------------------------------------------------------------
     def decode_step(self, model: Any, rows: Rows, cache: Cache):
         """One decode forward of `rows`: replayed from a captured graph (see cupy_graphs), or eagerly."""
         self._use()
+        self._chosen = None
         if not self.graphs:
             return model.forward(rows, cache)
-        return self._graphs.step(model, rows, cache)
+        sampling = None
+        if rows.choose is not None and rows.window == 1 and not rows.hidden:
+            params, positions = rows.choose
+            sampling = self.sampling_inputs(params, positions, model.cfg.vocab)
+        out, toks = self._graphs.step(model, rows, cache, sampling)
+        if toks is not None:  # chosen inside the graph: `choose` of these logits copies them back
+            self._chosen = (out, rows.choose, toks, sampling[0])
+        return out
 
     def warm_decode(self, model: Any, cache: Cache, width: int, streams: int,
                     shapes: list[tuple[int, bool, tuple]]) -> int:

@@ -4,13 +4,15 @@ verify window, hidden states wanted and which).
 A decode batch is padded to the next power of two of streams (each `Rows.window` rows: k + 1 in a
 verify window, so a drafter's k gives one more shape per batch size) with rows that write to the
 cache's scratch page and scratch state slot; tokens, positions, lanes and page tables are copied into
-device buffers of that batch size, and the graph captured for it replays. The engine captures every
+device buffers of that batch size, and the graph captured for it replays. A plain step's graph ends
+with the sampling kernel (its mode and parameters are inputs too), so the step's tokens need no
+launch of their own, only the copy back. The engine captures every
 size up to its streams at start (`warm`); a size first met in a step runs eagerly, then captures.
 A graph holds the addresses of one cache's arrays, so graphs are kept per cache object and die with
 it. Their intermediates come from one memory pool of their own.
 
-Ownership of `GraphEntry.out`: the entry owns it (it is the captured graph's logits buffer);
-`step` returns a view of it, which the next replay of the same graph overwrites. The scheduler
+Ownership of `GraphEntry.out` and `.tokens`: the entry owns them (the captured graph's logits and
+tokens); `step` returns views of them, which the next replay of the same graph overwrites. The scheduler
 chooses its tokens from the logits before the next decode step, so nothing outlives that.
 """
 from __future__ import annotations
@@ -39,17 +41,26 @@ MAX_GRAPH_ROWS = 256  # larger decode batches run eagerly
 
 
 class GraphEntry:
-    def __init__(self, B: int, W: int):
-        self.B, self.W = B, W  # B rows (padded streams × window rows), W page-table entries per row
-        self.host = np.zeros(B * (3 + W), np.int32)
-        self.dev = cupy.zeros(B * (3 + W), cupy.int32)
+    """One captured decode graph and its input buffers: tokens, positions, lanes and page tables as
+    int32; a sampling graph (plain rows) also the sampling kernel's mode and (T, top_p, u) per row."""
+
+    def __init__(self, B: int, W: int, sampled: bool):
+        self.B, self.W, self.sampled = B, W, sampled
+        self.par_at = (B * (4 + W) + 1) // 2 * 2  # int32 offset of the float64 parameters: 8-byte aligned
+        self.host = np.zeros(self.par_at + 6 * B, np.int32)
+        self.dev = cupy.zeros(self.host.size, cupy.int32)
         self.graph = None
         self.out = None
+        self.tokens = None  # a sampling graph's chosen tokens [B]
         self.failed = False
 
     def views(self):
         B, W, d = self.B, self.W, self.dev
-        return d[:B], d[B:2 * B], d[2 * B:3 * B], d[3 * B:].reshape(B, W)
+        return d[:B], d[B:2 * B], d[2 * B:3 * B], d[3 * B:B * (3 + W)].reshape(B, W)
+
+    def sampling_views(self):
+        B, d = self.B, self.dev
+        return d[B * (3 + self.W):B * (4 + self.W)], d[self.par_at:self.par_at + 6 * B].view(cupy.float64)
 
 
 class DecodeGraphs:
@@ -61,28 +72,32 @@ class DecodeGraphs:
         self._per_cache: weakref.WeakKeyDictionary[Cache, dict] = weakref.WeakKeyDictionary()
         self.failures: list[str] = []
 
-    def step(self, model, rows: Rows, cache: Cache):
-        """One decode forward of `rows`, padded to a power-of-two batch and replayed from a graph."""
+    def step(self, model, rows: Rows, cache: Cache, sampling: tuple[np.ndarray, np.ndarray] | None = None):
+        """One decode forward of `rows`, padded to a power-of-two batch and replayed from a graph:
+        (logits, tokens). With `sampling` (the sampling kernel's mode and parameters per row) a plain
+        step's graph also chooses the rows' tokens (device int32 [n]); else, or when the step ran
+        eagerly, tokens is None."""
         n = len(rows)
         B = padded_rows(n // rows.window, rows.window)
         if B > MAX_GRAPH_ROWS:
-            return model.forward(rows, cache)
+            return model.forward(rows, cache), None
         W = rows.tables.shape[1]
         per_cache = self._per_cache.setdefault(cache, {})
         key = _key(model, rows, B)
         entry = per_cache.get(key)
         if entry is None:
-            entry = per_cache[key] = GraphEntry(B, W)
+            entry = per_cache[key] = GraphEntry(B, W, _samples(rows))
         if entry.failed:
-            return model.forward(rows, cache)
-        self._fill(entry, rows, cache)
+            return model.forward(rows, cache), None
+        self._fill(entry, rows, cache, sampling)
         if entry.graph is not None:
             entry.graph.launch(self.stream)
-            return _rows(entry.out, n)
+            toks = entry.tokens[:n] if sampling is not None and entry.tokens is not None else None
+            return _rows(entry.out, n), toks
         drows = self._device_rows(entry, rows)
         out = model.forward(drows, cache)  # eager: this step's answer (and every kernel loaded)
         self._capture(model, drows, cache, entry)
-        return _rows(out, n)
+        return _rows(out, n), None
 
     def warm(self, model, cache: Cache, width: int, streams: int, shapes: list[tuple[int, bool, tuple]]) -> int:
         """Capture now the graph of every padded batch size up to `streams` for each decode shape
@@ -98,8 +113,8 @@ class DecodeGraphs:
             while B <= min(MAX_GRAPH_ROWS, padded_rows(streams, window)):
                 key = _key(model, like, B)
                 if key not in per_cache:
-                    entry = per_cache[key] = GraphEntry(B, width)
-                    self._fill(entry, like, cache)
+                    entry = per_cache[key] = GraphEntry(B, width, _samples(like))
+                    self._fill(entry, like, cache, None)
                     drows = self._device_rows(entry, like)
                     model.forward(drows, cache)
                     self._capture(model, drows, cache, entry)
@@ -107,17 +122,23 @@ class DecodeGraphs:
                 B *= 2
         return done
 
-    def _fill(self, entry: GraphEntry, rows: Rows, cache: Cache) -> None:
-        """The graph's input buffers: `rows`, then padding rows on the scratch page and state slot."""
+    def _fill(self, entry: GraphEntry, rows: Rows, cache: Cache, sampling) -> None:
+        """The graph's input buffers: `rows`, then padding rows on the scratch page and state slot;
+        sampling inputs where given (rows the host samples and padding rows take the greedy path)."""
         B, W, n, h = entry.B, entry.W, len(rows), entry.host
         h[:] = 0
         h[:n] = rows.tokens
         h[B:B + n] = rows.positions
         h[2 * B:2 * B + n] = rows.lanes
         h[2 * B + n:3 * B] = -1  # padding rows own no lane
-        tab = h[3 * B:].reshape(B, W)
+        tab = h[3 * B:B * (3 + W)].reshape(B, W)
         tab[:n] = rows.tables
         tab[n:] = cache.scratch_page
+        mode = h[B * (3 + W):B * (4 + W)]
+        mode[:] = -1
+        if sampling is not None:
+            mode[:n] = np.where(sampling[0] == 0, -1, sampling[0])
+            h[entry.par_at:entry.par_at + 6 * n] = sampling[1].reshape(-1).view(np.int32)
         entry.dev.set(h, stream=self.stream)
 
     def stats(self) -> GraphStats:
@@ -141,9 +162,12 @@ class DecodeGraphs:
                     out = model.forward(drows, cache)
                     if isinstance(out, tuple):  # a drafter's hidden states: computed inside the graph
                         out = tuple(o.materialize() if isinstance(o, Lazy) else o for o in out)
+                    elif isinstance(out, Lazy):
+                        out = out.materialize()
+                    tokens = _sample(out, entry) if entry.sampled else None
                 finally:
                     graph = s.end_capture()
-            entry.graph, entry.out = graph, out
+            entry.graph, entry.out, entry.tokens = graph, out, tokens
         except Exception as e:  # capture is an optimisation: run eagerly from now on
             entry.failed = True
             self.failures.append(f"{entry.B} rows: {type(e).__name__}: {e}")
@@ -154,6 +178,20 @@ class DecodeGraphs:
 def padded_rows(streams: int, window: int) -> int:
     """Rows of the graph that serves `streams` streams: the next power of two of them, in windows."""
     return (1 << max(0, (streams - 1).bit_length())) * window
+
+
+def _samples(rows: Rows) -> bool:
+    """Plain decode rows' graphs choose their tokens too; verify windows' and drafters' do not."""
+    return rows.window == 1 and not rows.hidden
+
+
+def _sample(logits, entry: GraphEntry):
+    """The sampling kernel on a graph's logits, from the entry's sampling buffers: tokens [B]."""
+    mode, par = entry.sampling_views()
+    logits = cupy.ascontiguousarray(logits, dtype=cupy.float32)  # (as it already is: no copy)
+    tokens = cupy.empty(entry.B, cupy.int32)
+    K.sample(logits, logits.strides[0] // 4, logits.shape[1], mode, par, tokens, entry.B)
+    return tokens
 
 
 def _key(model, rows: Rows, B: int) -> tuple:
