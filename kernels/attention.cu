@@ -153,10 +153,10 @@ DEV void merge_partials(const float* src, int cnt, int PD, int D, float* dst, fl
   if (fin == nullptr && lane == 0) { dst[D] = M; dst[D + 1] = den; }
 }
 
-// Chunks a block takes. Below LONG chunks, one: separate blocks overlap one another best. Past it,
-// the fewest (a power of two up to GROUP) that fit the launch's (kv head, row) pairs in one wave of
-// `resident` blocks: q is loaded once a block, and with two stages the next chunk loads during this
-// one's products. Which block computes a chunk changes no bits.
+// Chunks a two-stage block takes (a one-stage block takes one: separate blocks overlap one another
+// best). Below LONG chunks, one too. Past it, the fewest (a power of two up to GROUP) that fit the
+// launch's (kv head, row) pairs in one wave of `resident` blocks: q is loaded once a block, and the
+// next chunk loads during this one's products. Which block computes a chunk changes no bits.
 constexpr int LONG = 64;
 DEV int chunks_per_block(int nvalid, int units, int resident) {
   if (nvalid < LONG) return 1;
@@ -185,8 +185,8 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   const int pos = positions[row];
   const int L = pos + 1, nvalid = (L + CHUNK - 1) / CHUNK;
   if (blockIdx.z >= nvalid) return;  // no live chunk (the grid is sized for the longest context)
-  const int cpb = chunks_per_block(nvalid, KH * gridDim.y, resident);
-  const int first = blockIdx.z * cpb, last = min(first + cpb, nvalid);
+  const int cpb = ST == 2 ? chunks_per_block(nvalid, KH * gridDim.y, resident) : 1;
+  const int first = blockIdx.z * cpb, last = ST == 2 ? min(first + cpb, nvalid) : first + 1;
   if (first >= nvalid) return;  // before any dependent access
   // With the new K/V written here, the kernel before wrote no cache: the tables (the host's) and the
   // older keys (earlier steps') are read before the wait. Without (a verify window, whose kv_write
@@ -257,6 +257,7 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   __syncthreads();
   issue(first, 0);
   if (early) PDL_ENTRY;  // q and the new K/V come from the kernel before
+  if (KV8) land(first, 0);  // before q's loads: the pieces' registers are free again
   const float2* rot = rope_row(cs, row, half);
   for (int g = warp; g < G; g += 8)
     load_head(q_s + g * QP, q, (i64)row * qs0 + (i64)(kh * G + g) * qs1, D, qnw, qeps, rot, half, lane);
@@ -271,7 +272,7 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
     const int k0 = c * CHUNK, nk = min(CHUNK, L - k0);
     const u32* kt = tiles + s * 2 * CHUNK * PW;
     const u32* vt = kt + CHUNK * PW;
-    if (KV8) land(c, s);
+    if (KV8 && c > first) land(c, s);
     if (ST == 2 && next) slots(c + 1, s ^ 1);
     __syncthreads();  // the next chunk's slots are seen; the other stage's readers are done
     if (ST == 2 && next) issue(c + 1, s ^ 1);
@@ -369,12 +370,6 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
       float* pr = part + (((i64)row * H + kh * G + tid) * nch + c) * PD;
       pr[D] = m_s[tid];
       pr[D + 1] = l_s[tid];
-    }
-    if (ST == 1 && next) {  // one stage: the next chunk loads once this one's readers are done
-      __syncthreads();
-      slots(c + 1, 0);
-      __syncthreads();
-      issue(c + 1, 0);
     }
   }
   if (nvalid == 1) return;

@@ -318,7 +318,7 @@ def decode_smem(kv8: bool, G: int, D: int, st: int = 1) -> int:
 def decode_stages(kv8: bool, G: int, D: int, units: int) -> int:
     """Two tile stages for launches of few (kv head, row) pairs, where they fit: a long row's chunks
     then run as few blocks that load the next chunk during this one's products. Many pairs fill the
-    GPU with one-stage blocks, three an SM, which measured faster."""
+    GPU with one-chunk, one-stage blocks, three an SM, which measured faster (docs/perf-notes.md)."""
     return 2 if units <= 16 and decode_smem(kv8, G, D, 2) <= smem_optin() else 1
 
 

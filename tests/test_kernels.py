@@ -418,8 +418,9 @@ def test_decode_attention_writes_the_rows_new_keys(gb, dtype, G, D):
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])
 @pytest.mark.parametrize("G,D", [(4, 128), (6, 256)])
 def test_decode_attention_bits_do_not_depend_on_the_blocks_chunks(gb, dtype, G, D):
-    """Blocks of one chunk, or of 2-16 chunks (rows past kernels' LONG chunks) with one or two tile
-    stages: the same bits, the new K/V written by whichever block holds the row's position."""
+    """Blocks of one chunk (one or two tile stages), or of 2-16 chunks (two stages, rows past the
+    kernel's LONG chunks): the same bits, the new K/V written by whichever block holds the row's
+    position."""
     from kernels import launch as KL
     rng = np.random.default_rng(G)
     pt, kvh = 64, 2
@@ -433,8 +434,8 @@ def test_decode_attention_bits_do_not_depend_on_the_blocks_chunks(gb, dtype, G, 
     fp8 = dtype == "fp8"
     ksc, vsc = (gc.k_scale[0], gc.v_scale[0]) if fp8 else (None, None)
     outs, caches_after = [], []
-    # 12 (kv head, row) pairs; the row at 5,000 takes 1, 16, 16, 2, 4 and 8 chunks a block
-    for resident, stages in ((1 << 30, 1), (1, 1), (1, 2), (480, 2), (240, 1), (120, 2)):
+    # 12 (kv head, row) pairs; the row at 5,000 takes 1, 1, 16, 2, 4 and 8 chunks a block
+    for resident, stages in ((1 << 30, 1), (1 << 30, 2), (1, 2), (480, 2), (240, 2), (120, 2)):
         k_c, v_c = gc.k[0].copy(), gc.v[0].copy()
         out = cupy.empty((len(pos), kvh * G, D), cupy.float32)
         KL.attn_decode(fp8, q, kvh * G * D, D, None, 0.0, None, 0, k, kvh * D, D, None, 0.0, v, kvh * D, D,
