@@ -319,7 +319,7 @@ def decode_stages(kv8: bool, G: int, D: int, units: int) -> int:
     """Two tile stages for launches of few (kv head, row) pairs, where they fit: a long row's chunks
     then run as few blocks that load the next chunk during this one's products. Many pairs fill the
     GPU with one-chunk, one-stage blocks, three an SM, which measured faster (docs/perf-notes.md)."""
-    return 2 if units <= 16 and decode_smem(kv8, G, D, 2) <= smem_optin() else 1
+    return 2 if units <= 8 and decode_smem(kv8, G, D, 2) <= smem_optin() else 1
 
 
 @lru_cache(maxsize=None)
