@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
     const u32* vt = kt + CHUNK * PW;
     if (KV8 && c > first) land(c, s);
     if (ST == 2 && next) slots(c + 1, s ^ 1);
-    if (ST == 2) __syncthreads();  // the next chunk's slots are seen; the other stage's readers are done
+    __syncthreads();  // the next chunk's slots are seen; the other stage's readers are done
     if (ST == 2 && next) issue(c + 1, s ^ 1);
     if (!KV8) {
       if (ST == 2 && next) cp_async_wait<1>();

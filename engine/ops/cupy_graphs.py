@@ -188,7 +188,7 @@ def _samples(rows: Rows) -> bool:
 def _sample(logits, entry: GraphEntry):
     """The sampling kernel on a graph's logits, from the entry's sampling buffers: tokens [B]."""
     mode, par = entry.sampling_views()
-    logits = cupy.ascontiguousarray(logits, dtype=cupy.float32)  # (as it already is: no copy)
+    logits = cupy.ascontiguousarray(logits, dtype=cupy.float32)  # unit-stride rows (the head's are: no copy)
     tokens = cupy.empty(entry.B, cupy.int32)
     K.sample(logits, logits.strides[0] // 4, logits.shape[1], mode, par, tokens, entry.B)
     return tokens
