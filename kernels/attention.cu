@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   const int H = KH * G, NT = (G + 7) / 8;  // n-tiles of 8 heads
   const int pos = positions[row];
   const int L = pos + 1, nvalid = (L + CHUNK - 1) / CHUNK;
-  if (blockIdx.z >= nvalid) return;  // no live chunk (the grid is sized for the longest context)
+  if (blockIdx.z >= nvalid) return;  // no live chunk (the grid fits the longest context): before any dependent access
   const int cpb = ST == 2 ? chunks_per_block(nvalid, KH * gridDim.y, resident) : 1;
   const int first = blockIdx.z * cpb, last = ST == 2 ? min(first + cpb, nvalid) : first + 1;
   if (first >= nvalid) return;  // before any dependent access
