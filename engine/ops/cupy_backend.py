@@ -508,14 +508,14 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         n, V = logits.shape
         if not n:
             return []
-        mode, par = self.sampling_inputs(params, positions, V)
+        mode, par = self._sampling_inputs(params, positions, V)
         out = cupy.empty(n, cupy.int32)
         K.sample(logits, logits.strides[0] // 4, V, cupy.asarray(np.where(mode == 0, -1, mode)), cupy.asarray(par),
                  out, n)
         return self._finish_choice(logits, params, positions, out, mode)
 
     @staticmethod
-    def sampling_inputs(params: list[SamplingParams], positions: list[int], V: int) -> tuple[np.ndarray, np.ndarray]:
+    def _sampling_inputs(params: list[SamplingParams], positions: list[int], V: int) -> tuple[np.ndarray, np.ndarray]:
         """The sampling kernel's inputs: mode per row (-1 greedy, top-k, 0 for rows the host samples:
         no top-k, or k beyond the kernel's room) and (temperature, top_p, uniform(seed, position))."""
         kmax = min(K.SAMPLE_MAX_K, V - 1)
@@ -543,7 +543,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         sampling = None
         if rows.choose is not None and rows.window == 1 and not rows.hidden:
             params, positions = rows.choose
-            sampling = self.sampling_inputs(params, positions, model.cfg.vocab)
+            sampling = self._sampling_inputs(params, positions, model.cfg.vocab)
         out, toks = self._graphs.step(model, rows, cache, sampling)
         if toks is not None:  # chosen inside the graph: `choose` of these logits copies them back
             self._chosen = (out, rows.choose, toks, sampling[0])

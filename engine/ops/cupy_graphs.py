@@ -46,7 +46,8 @@ class GraphEntry:
 
     def __init__(self, B: int, W: int, sampled: bool):
         self.B, self.W, self.sampled = B, W, sampled
-        self.par_at = (B * (4 + W) + 1) // 2 * 2  # int32 offset of the float64 parameters: 8-byte aligned
+        self.mode_at = B * (3 + W)  # int32 offsets: the sampling modes after the page tables, then the
+        self.par_at = (self.mode_at + B + 1) // 2 * 2  # float64 parameters, 8-byte aligned
         self.host = np.zeros(self.par_at + 6 * B, np.int32)
         self.dev = cupy.zeros(self.host.size, cupy.int32)
         self.graph = None
@@ -56,11 +57,11 @@ class GraphEntry:
 
     def views(self):
         B, W, d = self.B, self.W, self.dev
-        return d[:B], d[B:2 * B], d[2 * B:3 * B], d[3 * B:B * (3 + W)].reshape(B, W)
+        return d[:B], d[B:2 * B], d[2 * B:3 * B], d[3 * B:self.mode_at].reshape(B, W)
 
     def sampling_views(self):
         B, d = self.B, self.dev
-        return d[B * (3 + self.W):B * (4 + self.W)], d[self.par_at:self.par_at + 6 * B].view(cupy.float64)
+        return d[self.mode_at:self.mode_at + B], d[self.par_at:self.par_at + 6 * B].view(cupy.float64)
 
 
 class DecodeGraphs:
@@ -131,10 +132,10 @@ class DecodeGraphs:
         h[B:B + n] = rows.positions
         h[2 * B:2 * B + n] = rows.lanes
         h[2 * B + n:3 * B] = -1  # padding rows own no lane
-        tab = h[3 * B:B * (3 + W)].reshape(B, W)
+        tab = h[3 * B:entry.mode_at].reshape(B, W)
         tab[:n] = rows.tables
         tab[n:] = cache.scratch_page
-        mode = h[B * (3 + W):B * (4 + W)]
+        mode = h[entry.mode_at:entry.mode_at + B]
         mode[:] = -1
         if sampling is not None:
             mode[:n] = np.where(sampling[0] == 0, -1, sampling[0])
