@@ -51,6 +51,7 @@ QMV_TILES = (0, 1, 2, 4)  # 8-row n-tiles per block (0: up to 4 rows packed), pi
 QMV_SCALES = (0, 1, 2)  # scale types: fp16, bf16, fp32 pairs
 QMV_INPUTS = (0, 1, 2)  # xm: x, silu(x) * x2, rmsnorm(x [+ x2]) * nw
 QMV_EXPERT_TILES = (0, 2)  # expert products: up to 4 rows an expert packed, or 16
+QMV_EXPERT_INPUTS = (0, 1, 2)  # expert products' xm: x, silu(x) * x2 (down), rmsnorm(h) * nw (gate_up)
 _counters = {}
 
 
@@ -418,7 +419,7 @@ def variants() -> list[tuple[str, str]]:
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_TILES for xm in QMV_INPUTS
              for st in QMV_SCALES for minb in ((2, 3) if bits == 4 and nt <= 1 else (2,))]
     gemv += ["qmv<%d, %d, %d, %d, %d, 1, 2>" % (bits, group // 32, nt, xm, st)
-             for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_EXPERT_TILES for xm in (0, 1)
+             for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_EXPERT_TILES for xm in QMV_EXPERT_INPUTS
              for st in QMV_SCALES]  # the expert products (launch_qwen3_5.qmv_experts)
     qgemm = ["%s<%d, %d>" % (k, group // 32, st) for k in ("qgemm", "qgemm_dequant") for group in QMV_GROUPS
              for st in QMV_SCALES]

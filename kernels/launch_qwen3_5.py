@@ -176,18 +176,21 @@ def moe_route_slots(logits, ld: int, E: int, k: int, experts, weights, rows: int
 
 
 def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: int, slots: Slots, k: int, x,
-                ldx: int, xj: bool, y, xm: int = 0, x2=None, ldx2: int = 0, split: bool = True):
+                ldx: int, xj: bool, y, xm: int = 0, x2=None, ldx2: int = 0, split: bool = True, nw=None,
+                eps: float = 0.0):
     """y[rj, :M] = f(x[rj // k or rj]) @ W_e^T for each (row, choice) rj = r·k + j, e = experts[r, j],
-    over stacked repacked weights of Mp rows each, the ids grouped by `moe_slots`. split: K in
-    qmv_split's segments (decode rows); off, one segment (prompt chunks: their rows differ in rounding
-    from decode rows, as numpy's do)."""
+    over stacked repacked weights of Mp rows each, the ids grouped by `moe_slots`; f by xm: 0 x,
+    1 silu(x)·x2, 2 rmsnorm(x)·nw. split: K in qmv_split's segments (decode rows); off, one segment
+    (prompt chunks: their rows differ in rounding from decode rows, as numpy's do)."""
     import cupy
     nk = slots.nk
     KS, P = L.qmv_split(M, K) if split else (K, 1)
     mblocks = -(-M // 128)
     Z, R = slots.Z, slot_rows(slots.nt)
+    sspart = None
     if P > 1:
         part = cupy.empty(Z * P * R * Mp, cupy.float32)
+        sspart = cupy.empty(Z * mblocks * P * R, cupy.float32) if xm == 2 else None
         counters = L.qmv_counters(Z * mblocks)
     else:
         part = counters = None
@@ -196,9 +199,9 @@ def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: i
     esb = tiles * (L.padded_subgroups(K) * 32 // group) * 16 * (2 if st == 2 else 1)
     f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 1, 2>" % (bits, group // 32, slots.nt, xm, st))
     f((mblocks, P, Z), (256,),
-      (codes, sb, i32(st), x, L._ptr(x2), i64(ldx), i64(ldx2), L.NULL, f32(0), L.NULL, i64(0), y, i64(y.shape[1]),
-       i32(nk), i32(M), i32(Mp), i32(K), i32(L.padded_subgroups(K)), i32(KS), L._ptr(part), L.NULL, L._ptr(counters),
-       slots.table, i32(1 if xj else k), i64(ecodes), i64(esb)))
+      (codes, sb, i32(st), x, L._ptr(x2), i64(ldx), i64(ldx2), L._ptr(nw), f32(eps), L.NULL, i64(0), y,
+       i64(y.shape[1]), i32(nk), i32(M), i32(Mp), i32(K), i32(L.padded_subgroups(K)), i32(KS), L._ptr(part),
+       L._ptr(sspart), L._ptr(counters), slots.table, i32(1 if xj else k), i64(ecodes), i64(esb)))
 
 
 def moe_swiglu(gu, act, I: int, rows_k: int):

@@ -376,6 +376,32 @@ def test_moe_experts(gb, fmt, E, H, I, k, n, prompt):
         assert np.array_equal(run(rows, shared=True), got[rows])
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("prompt", [False, True])
+def test_moe_experts_stage_a_pending_rmsnorm(gb, bits, prompt):
+    """The experts' gate_up stages the layer's pending RMSNorm from h = x + res (qmv's mode 2: h·w in,
+    the product divided by h's rms, over K segments for decode rows): close to numpy's products of
+    the normed rows, and each row's bits are its own alone or in any company."""
+    rng = np.random.default_rng(13 + bits)
+    E, H, I, k, n = 64, 2048, 64, 8, 12
+    group = 32 if bits == 8 else 64
+    gu_w = quantize(rng.normal(0, H ** -.5, (E, 2 * I, H)).astype(np.float32), bits, group)
+    dn_w = quantize(rng.normal(0, I ** -.5, (E, H, I)).astype(np.float32), bits, group)
+    dgu, ddn = prepare_experts(gu_w), prepare_experts(dn_w)
+    x, r = rng.normal(size=(n, H)).astype(np.float32), rng.normal(size=(n, H)).astype(np.float32)
+    nw = rng.uniform(.5, 1.5, H).astype(np.float32)
+    idx, w = NB.moe_route(rng.normal(size=(n, E)).astype(np.float32), k)
+
+    def run(rows):
+        normed, _ = gb.add_rmsnorm(cupy.asarray(x[rows]), cupy.asarray(r[rows]), cupy.asarray(nw), 1e-6)
+        return host(gb.moe_experts(normed, dgu, ddn, cupy.asarray(idx[rows]), cupy.asarray(w[rows]), prompt))
+    out = run(np.arange(n))
+    hn, _ = NB.add_rmsnorm(x, r, nw, 1e-6)
+    assert rel(out, NB.moe_experts(hn, dequantize(gu_w), dequantize(dn_w), idx, w, prompt)) < 1e-4
+    for rows in ([0], [n - 1], list(range(n - 1, -1, -3))):
+        assert np.array_equal(run(rows), out[rows])
+
+
 @pytest.mark.parametrize("E,H", [(256, 2048), (512, 4096), (8, 64)])
 def test_router_gate_rows(gb, E, H):
     """The router and the shared expert's gate as one 8-bit weight: the router's logits and the gate's

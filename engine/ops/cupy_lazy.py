@@ -79,9 +79,9 @@ class SiluMul(Lazy):
 
 
 class Normed(Lazy):
-    """rmsnorm(x [+ res]) * w of [n, H] rows, pending: a quantized `linear` stages it as its input
-    (the norm's divisor applied to the product's rows). h = x + res, the next residual, is written by
-    the first such product or by materialising."""
+    """rmsnorm(x [+ res]) * w of [n, H] rows, pending: a quantized `linear` (or the experts' gate_up)
+    stages it as its input (the norm's divisor applied to the product's rows). h = x + res, the next
+    residual, is written by the first such product or by materialising."""
 
     def __init__(self, backend, x, res, w, eps: float):
         self.b, self.x, self.res, self.w, self.eps = backend, x, res, w, float(eps)

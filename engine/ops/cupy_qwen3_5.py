@@ -27,6 +27,7 @@ except Exception as e:  # pragma: no cover - get_backend reports why first
 
 import kernels.launch_qwen3_5 as KQ
 
+from .cupy_lazy import Normed
 from .cupy_weights import ExpertWeight, QExperts
 
 
@@ -164,14 +165,16 @@ class Qwen35Ops:
         return experts, weights
 
     @staticmethod
-    def _product(w, experts, slots, x, ldx: int, xj: bool, y, prompt: bool, xm: int = 0, x2=None, ldx2: int = 0):
-        """y[rj] = f(x[rj // k or rj]) @ W_e^T for each (row, choice) rj; f by xm: 0 x, 1 silu(x)·x2.
-        Each product takes its weight's own kernel (a GGUF file mixes layouts: Q4_K gate_up, Q6_K down);
-        qmv's reads the ids grouped by expert from `slots` (KQ.moe_slots of these experts)."""
+    def _product(w, experts, slots, x, ldx: int, xj: bool, y, prompt: bool, xm: int = 0, x2=None, ldx2: int = 0,
+                 nw=None, eps: float = 0.0):
+        """y[rj] = f(x[rj // k or rj]) @ W_e^T for each (row, choice) rj; f by xm: 0 x, 1 silu(x)·x2,
+        2 rmsnorm(x)·nw (qmv's only). Each product takes its weight's own kernel (a GGUF file mixes
+        layouts: Q4_K gate_up, Q6_K down); qmv's reads the ids grouped by expert from `slots`
+        (KQ.moe_slots of these experts)."""
         n, k = experts.shape
         if isinstance(w, QExperts):
             KQ.qmv_experts(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, w.Mp, slots, k, x, ldx, xj, y,
-                           xm=xm, x2=x2, ldx2=ldx2, split=not prompt)
+                           xm=xm, x2=x2, ldx2=ldx2, split=not prompt, nw=nw, eps=eps)
             return
         if xm == 1:
             act = cupy.empty((n * k, x2.shape[1]), cupy.float32)
@@ -184,6 +187,11 @@ class Qwen35Ops:
             KQ.moe_gemv(0, w, None, None, 0, experts, k, x, ldx, xj, y, M, K, 32, n)
 
     def moe_experts(self, x, gate_up, down, experts, weights, prompt: bool = False, shared=None, shared_gate=None):
+        # a pending RMSNorm: the gate_up product stages it from h = x + res (the router's product wrote h)
+        norm = {}
+        if isinstance(x, Normed) and isinstance(gate_up, QExperts) and x.w.dtype == cupy.float32:
+            norm = dict(xm=2, nw=x.w, eps=x.eps)
+            x = x.residual()
         x, ldx = self._q_rows(x, 2)
         n, H = x.shape
         k = experts.shape[1]
@@ -203,7 +211,7 @@ class Qwen35Ops:
             same = routed is not None and routed[0] is given and routed[1] == gate_up.shape[0]
             slots = routed[2] if same else KQ.moe_slots(experts, gate_up.shape[0])
         gu = cupy.empty((n * k, M1), cupy.float32)
-        self._product(gate_up, experts, slots, x, ldx, False, gu, prompt)
+        self._product(gate_up, experts, slots, x, ldx, False, gu, prompt, **norm)
         y = cupy.empty((n * k, H), cupy.float32)
         if isinstance(down, QExperts) and I % 4 != 0:  # qmv's x2 loads are 16-byte aligned
             act = cupy.empty((n * k, I), cupy.float32)
