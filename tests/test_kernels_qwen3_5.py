@@ -379,9 +379,10 @@ def test_moe_experts(gb, fmt, E, H, I, k, n, prompt):
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("prompt", [False, True])
 def test_moe_experts_stage_a_pending_rmsnorm(gb, bits, prompt):
-    """The experts' gate_up stages the layer's pending RMSNorm from h = x + res (qmv's mode 2: h·w in,
-    the product divided by h's rms, over K segments for decode rows): close to numpy's products of
-    the normed rows, and each row's bits are its own alone or in any company."""
+    """Decode rows: the experts' gate_up stages the layer's pending RMSNorm from h = x + res (qmv's
+    mode 2: h·w in, the product divided by h's rms over its K segments); a prompt chunk's rows are
+    normed first. Both close to numpy's products of the normed rows, each row's bits its own alone
+    or in any company."""
     rng = np.random.default_rng(13 + bits)
     E, H, I, k, n = 64, 2048, 64, 8, 12
     group = 32 if bits == 8 else 64
