@@ -508,29 +508,32 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         n, V = logits.shape
         if not n:
             return []
-        mode, par = self._sampling_inputs(params, positions, V)
+        mode, kmode, par = self._sampling_inputs(params, positions, V)
         out = cupy.empty(n, cupy.int32)
-        K.sample(logits, logits.strides[0] // 4, V, cupy.asarray(np.where(mode == 0, -1, mode)), cupy.asarray(par),
-                 out, n)
+        K.sample(logits, logits.strides[0] // 4, V, cupy.asarray(kmode), cupy.asarray(par), out, n)
         return self._finish_choice(logits, params, positions, out, mode)
 
     @staticmethod
-    def _sampling_inputs(params: list[SamplingParams], positions: list[int], V: int) -> tuple[np.ndarray, np.ndarray]:
-        """The sampling kernel's inputs: mode per row (-1 greedy, top-k, 0 for rows the host samples:
-        no top-k, or k beyond the kernel's room) and (temperature, top_p, uniform(seed, position))."""
+    def _sampling_inputs(params: list[SamplingParams], positions: list[int],
+                         V: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(mode, the kernel's mode, parameters) per row: mode -1 greedy, top-k, or 0 for rows the host
+        samples (no top-k, or k beyond the kernel's room), which the kernel runs on its cheap greedy path;
+        parameters (temperature, top_p, uniform(seed, position))."""
         kmax = min(K.SAMPLE_MAX_K, V - 1)
         mode = np.array([-1 if p.greedy else (p.top_k if 0 < p.top_k <= kmax else 0) for p in params], np.int32)
         par = np.array([(p.temperature, p.top_p, uniform(p.seed, pos)) for p, pos in zip(params, positions)],
                        np.float64).reshape(len(params), 3)
-        return mode, par
+        return mode, np.where(mode == 0, -1, mode).astype(np.int32), par
 
     def _finish_choice(self, logits, params: list[SamplingParams], positions: list[int], out, mode) -> list[int]:
         """The kernel's tokens back in one copy; the rows it could not take (mode 0, or too many ties
         at the threshold) sampled on the host."""
         toks = self.to_host(out[:len(params)]).tolist()
-        for i, p in enumerate(params):
-            if mode[i] == 0 or toks[i] < 0:
-                toks[i] = sample(self.to_host(self._rows2d(logits)[i]), p, positions[i])
+        host = [i for i, p in enumerate(params) if mode[i] == 0 or toks[i] < 0]
+        if host:
+            logits = self._rows2d(logits)
+        for i in host:
+            toks[i] = sample(self.to_host(logits[i]), params[i], positions[i])
         return toks
 
     # --- CUDA-graph decode -------------------------------------------------------------------------
@@ -540,13 +543,13 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         self._chosen = None
         if not self.graphs:
             return model.forward(rows, cache)
-        sampling = None
-        if rows.choose is not None and rows.window == 1 and not rows.hidden:
-            params, positions = rows.choose
-            sampling = self._sampling_inputs(params, positions, model.cfg.vocab)
+        mode = sampling = None
+        if rows.choose is not None and cupy_graphs.samples(rows):
+            mode, kmode, par = self._sampling_inputs(*rows.choose, model.cfg.vocab)
+            sampling = kmode, par
         out, toks = self._graphs.step(model, rows, cache, sampling)
         if toks is not None:  # chosen inside the graph: `choose` of these logits copies them back
-            self._chosen = (out, rows.choose, toks, sampling[0])
+            self._chosen = (out, rows.choose, toks, mode)
         return out
 
     def warm_decode(self, model: Any, cache: Cache, width: int, streams: int,

@@ -87,7 +87,7 @@ class DecodeGraphs:
         key = _key(model, rows, B)
         entry = per_cache.get(key)
         if entry is None:
-            entry = per_cache[key] = GraphEntry(B, W, _samples(rows))
+            entry = per_cache[key] = GraphEntry(B, W, samples(rows))
         if entry.failed:
             return model.forward(rows, cache), None
         self._fill(entry, rows, cache, sampling)
@@ -114,7 +114,7 @@ class DecodeGraphs:
             while B <= min(MAX_GRAPH_ROWS, padded_rows(streams, window)):
                 key = _key(model, like, B)
                 if key not in per_cache:
-                    entry = per_cache[key] = GraphEntry(B, width, _samples(like))
+                    entry = per_cache[key] = GraphEntry(B, width, samples(like))
                     self._fill(entry, like, cache, None)
                     drows = self._device_rows(entry, like)
                     model.forward(drows, cache)
@@ -125,7 +125,7 @@ class DecodeGraphs:
 
     def _fill(self, entry: GraphEntry, rows: Rows, cache: Cache, sampling) -> None:
         """The graph's input buffers: `rows`, then padding rows on the scratch page and state slot;
-        sampling inputs where given (rows the host samples and padding rows take the greedy path)."""
+        the sampling kernel's modes and parameters where given (padding rows take its greedy path)."""
         B, W, n, h = entry.B, entry.W, len(rows), entry.host
         h[:] = 0
         h[:n] = rows.tokens
@@ -138,7 +138,7 @@ class DecodeGraphs:
         mode = h[entry.mode_at:entry.mode_at + B]
         mode[:] = -1
         if sampling is not None:
-            mode[:n] = np.where(sampling[0] == 0, -1, sampling[0])
+            mode[:n] = sampling[0]
             h[entry.par_at:entry.par_at + 6 * n] = sampling[1].reshape(-1).view(np.int32)
         entry.dev.set(h, stream=self.stream)
 
@@ -181,7 +181,7 @@ def padded_rows(streams: int, window: int) -> int:
     return (1 << max(0, (streams - 1).bit_length())) * window
 
 
-def _samples(rows: Rows) -> bool:
+def samples(rows: Rows) -> bool:
     """Plain decode rows' graphs choose their tokens too; verify windows' and drafters' do not."""
     return rows.window == 1 and not rows.hidden
 
