@@ -75,8 +75,10 @@ DEV float sum_in_order(const float* __restrict__ p, i64 stride, int n) {
 // (1-4 row products are chains of round trips, not short of bandwidth); at 2 blocks an SM the next
 // batch's codes are in flight during this one's products (PF: at 85 registers that spills). NT 1
 // at 2 blocks an SM does the same with windows of 1,024 (5-8 rows: the 8B's down 5-11 % faster, o
-// and qkv 1-5 %, gate_up the same; at 3 an SM the larger window made the 27B's down and the lm_head
-// slower). 32 bf16 of
+// and qkv 1-5 %, gate_up the same). NT 1 at 3 an SM takes batches of 256 in windows of 512
+// (batches of 512 spill its 85 registers inside the product loop; 27B gate_up 7 %, lm_head 7 %
+// faster; windows of 1,024 were 4 % faster still on the H200 but would let a GB10's 100 KB SM hold
+// only 2 blocks). 32 bf16 of
 // padding: the 16-byte fragment loads of rows g and g+1 fall on disjoint banks. Batches never cross
 // a padded weight's end (Sp is a multiple of 16).
 template <int BITS, int SUB, int NT, int MINB>
@@ -85,9 +87,10 @@ struct QmvShape {
   static constexpr int R = NT > 0 ? 8 * NT : 4;  // x rows a block takes
   static constexpr int SR = 8 * NT1;              // staged rows (packed: hi and lo of 4 rows)
   static constexpr bool PF = NT <= 1 && MINB == 2;  // next batch's codes loaded a batch ahead
-  static constexpr int B0 = (BITS == 4 ? 512 : 256) / (PF ? 2 : NT1);
+  static constexpr bool HALF = PF || (NT == 1 && MINB == 3);  // batches of half size
+  static constexpr int B0 = (BITS == 4 ? 512 : 256) / (HALF ? 2 : NT1);
   static constexpr int BATCH = B0 < 32 * SUB ? 32 * SUB : B0;
-  static constexpr int WIN = NT == 0 ? 2048 : PF ? 1024 : BATCH;  // inputs staged at once
+  static constexpr int WIN = NT == 0 ? 2048 : PF ? 1024 : HALF ? 512 : BATCH;  // inputs staged at once
   static constexpr int WB = WIN / BATCH;             // batches per window
   static constexpr int PITCH = WIN + 32;
   static constexpr int NSB = BATCH / 32;                // subgroups per batch
