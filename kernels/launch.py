@@ -49,9 +49,8 @@ QMV_BITS = (4, 8)  # code widths of qmv, embed_q and dequant
 QMV_GROUPS = (32, 64, 128)  # quantization group sizes qmv takes (whole 32-wide subgroups)
 QMV_TILES = (0, 1, 2, 4)  # 8-row n-tiles per block (0: up to 4 rows packed), picked by row count in qmv()
 QMV_SCALES = (0, 1, 2)  # scale types: fp16, bf16, fp32 pairs
-QMV_INPUTS = (0, 1, 2)  # xm: x, silu(x) * x2, rmsnorm(x [+ x2]) * nw
+QMV_INPUTS = (0, 1, 2)  # xm: x, silu(x) * x2, rmsnorm(x [+ x2]) * nw (the expert builds too: down, gate_up)
 QMV_EXPERT_TILES = (0, 2)  # expert products: up to 4 rows an expert packed, or 16
-QMV_EXPERT_INPUTS = (0, 1, 2)  # expert products' xm: x, silu(x) * x2 (down), rmsnorm(h) * nw (gate_up)
 _counters = {}
 
 
@@ -419,7 +418,7 @@ def variants() -> list[tuple[str, str]]:
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_TILES for xm in QMV_INPUTS
              for st in QMV_SCALES for minb in ((2, 3) if bits == 4 and nt <= 1 else (2,))]
     gemv += ["qmv<%d, %d, %d, %d, %d, 1, 2>" % (bits, group // 32, nt, xm, st)
-             for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_EXPERT_TILES for xm in QMV_EXPERT_INPUTS
+             for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_EXPERT_TILES for xm in QMV_INPUTS
              for st in QMV_SCALES]  # the expert products (launch_qwen3_5.qmv_experts)
     qgemm = ["%s<%d, %d>" % (k, group // 32, st) for k in ("qgemm", "qgemm_dequant") for group in QMV_GROUPS
              for st in QMV_SCALES]

@@ -187,13 +187,12 @@ def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: i
     KS, P = L.qmv_split(M, K) if split else (K, 1)
     mblocks = -(-M // 128)
     Z, R = slots.Z, slot_rows(slots.nt)
-    sspart = None
     if P > 1:
         part = cupy.empty(Z * P * R * Mp, cupy.float32)
         sspart = cupy.empty(Z * mblocks * P * R, cupy.float32) if xm == 2 else None
         counters = L.qmv_counters(Z * mblocks)
     else:
-        part = counters = None
+        part = sspart = counters = None
     tiles = Mp // 16
     ecodes = tiles * L.padded_subgroups(K) * 32 * (2 if bits == 4 else 4)
     esb = tiles * (L.padded_subgroups(K) * 32 // group) * 16 * (2 if st == 2 else 1)
