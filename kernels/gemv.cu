@@ -67,6 +67,60 @@ DEV float sum_in_order(const float* __restrict__ p, i64 stride, int n) {
   return v;
 }
 
+// One 8-input piece of an x row (xr, x2r, hr: the row's starts) as qmv stages it: f(x) by XM (XM 2:
+// h = x + x2, written to hr when given, then h * nw), its bf16 hi/lo halves, the sum of hi + lo and
+// (XM 2) of h's squares; zeros where !live.
+template <int XM>
+DEV void split_piece(const float* __restrict__ xr, const float* __restrict__ x2r, const float* __restrict__ nw,
+                     float* __restrict__ hr, bool live, int k, u32 (&hi)[4], u32 (&lo)[4], float& xs, float& sq) {
+  float v[8];
+  sq = 0.0f;
+  if (live) {
+    ld8(v, xr + k);
+    if (XM == 1) {
+      float u[8];
+      ld8(u, x2r + k);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = silu_mul_f(v[i], u[i]);
+    } else if (XM == 2) {
+      if (x2r != nullptr) {
+        float u[8];
+        ld8(u, x2r + k);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = __fadd_rn(v[i], u[i]);
+        if (hr != nullptr) {
+          *(float4*)(hr + k) = make_float4(v[0], v[1], v[2], v[3]);
+          *(float4*)(hr + k + 4) = make_float4(v[4], v[5], v[6], v[7]);
+        }
+      }
+      float w[8];
+      ld8(w, nw + k);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        sq = __fadd_rn(sq, __fmul_rn(v[i], v[i]));
+        v[i] = __fmul_rn(v[i], w[i]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+  }
+  xs = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    split_bf16(v[2 * i], v[2 * i + 1], hi[i], lo[i]);
+    xs = __fadd_rn(xs, hl_sum(hi[i], lo[i]));
+  }
+}
+
+// v summed over aligned groups of N lanes (a butterfly: every lane of the group gets the same bits)
+template <int N>
+DEV float lanes_sum(float v) {
+#pragma unroll
+  for (int o = 1; o < N; o <<= 1) v = __fadd_rn(v, __shfl_xor_sync(FULL_MASK, v, o));
+  return v;
+}
+
 // Per (bits, n-tiles, group, blocks an SM): x rows per block, inputs per batch and per staged window
 // (a schedule, not arithmetic) and the staged row pitch in bf16. NT 0 packs up to 4 rows: row r's hi
 // and lo halves are the MMA's columns 2r and 2r+1, so one MMA gives both products (the same bits as
@@ -123,7 +177,8 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
                                            int nrows, int M, int Mp, int K, int Sp, int KS,
                                            float* __restrict__ part, float* __restrict__ sspart,
                                            int* __restrict__ counters, const int* __restrict__ slots, int kx,
-                                           i64 ecodes, i64 esb) {
+                                           i64 ecodes, i64 esb, const uint4* __restrict__ xsp,
+                                           const float* __restrict__ sxp, const float* __restrict__ sqp) {
   if (EX) PDL_ENTRY;  // the slots come from the routing kernel
   using Sh = QmvShape<BITS, SUB, NT, MINB>;
   constexpr int R = Sh::R, SR = Sh::SR, BATCH = Sh::BATCH, PITCH = Sh::PITCH, GPB = Sh::GPB, CW = Sh::CW;
@@ -204,60 +259,43 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
     // --- stage the block's x rows of this window as bf16 hi/lo, with per-group sums of hi + lo ---
     // live pieces a row: whole batches up to k1 (a window of one batch: a constant divisor below)
     const int cpr = WB == 1 ? BATCH / 8 : min(WIN, (k1 - wb + BATCH - 1) / BATCH * BATCH) / 8;
-    for (int c0 = 0; c0 < nr * cpr; c0 += 256) {  // whole warps every pass: the shuffles need all lanes
-      const int c = c0 + tid, r = c / cpr, j = c % cpr, k = wb + 8 * j;
-      const bool here = c < nr * cpr;
-      float v[8];
-      float sq = 0.0f;
-      if (here && k < k1) {
-        const i64 row = EX ? srow_s[r] / kx : r0 + r;
-        ld8(v, x + row * ldx + k);
-        if (XM == 1) {
-          float u[8];
-          ld8(u, x2 + row * ldx2 + k);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) v[i] = silu_mul_f(v[i], u[i]);
-        } else if (XM == 2) {
-          if (x2 != nullptr) {
-            float u[8];
-            ld8(u, x2 + row * ldx2 + k);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) v[i] = __fadd_rn(v[i], u[i]);
-            if (hout != nullptr && mb == 0) {
-              *(float4*)(hout + row * ldh + k) = make_float4(v[0], v[1], v[2], v[3]);
-              *(float4*)(hout + row * ldh + k + 4) = make_float4(v[4], v[5], v[6], v[7]);
-            }
-          }
-          float w[8];
-          ld8(w, nw + k);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            sq = __fadd_rn(sq, __fmul_rn(v[i], v[i]));
-            v[i] = __fmul_rn(v[i], w[i]);
-          }
+    if (xsp != nullptr) {  // split once by qmv_xsplit: copy this window's pieces and sums
+      const int np = Sp * 4;  // pieces a split row
+      for (int c = tid; c < nr * cpr; c += 256) {
+        const int r = c / cpr, j = c % cpr;
+        const uint4* src = xsp + (i64)(r0 + r) * 2 * np + wb / 8 + j;
+        cp_async16(smem_addr(xh + (PK ? 2 * r : r) * PITCH + 8 * j), src);
+        cp_async16(smem_addr((PK ? xh + (2 * r + 1) * PITCH : xl + r * PITCH) + 8 * j), src + np);
+      }
+      for (int c = tid; c < nr * (cpr / GL); c += 256) {
+        const int r = c / (cpr / GL), j = c % (cpr / GL);
+        sx_s[r * GPW + j] = sxp[(i64)(r0 + r) * (np / GL) + wb / (8 * GL) + j];
+      }
+      if (XM == 2)
+        for (int c = tid; c < nr * (cpr / 8); c += 256) {
+          const int r = c / (cpr / 8), j = c % (cpr / 8);
+          sq_s[r * NB64 + j] = sqp[(i64)(r0 + r) * (np / 8) + wb / 64 + j];
         }
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = 0.0f;
-      }
-      u32 hi[4], lo[4];
-      float xs = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        split_bf16(v[2 * i], v[2 * i + 1], hi[i], lo[i]);
-        xs = __fadd_rn(xs, hl_sum(hi[i], lo[i]));
-      }
-      if (here) {
-        *(uint4*)(xh + (PK ? 2 * r : r) * PITCH + 8 * j) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        *(uint4*)((PK ? xh + (2 * r + 1) * PITCH : xl + r * PITCH) + 8 * j) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-      }
-#pragma unroll
-      for (int o = 1; o < GL; o <<= 1) xs = __fadd_rn(xs, __shfl_xor_sync(FULL_MASK, xs, o));
-      if (here && j % GL == 0) sx_s[r * GPW + j / GL] = xs;
-      if (XM == 2) {
-#pragma unroll
-        for (int o = 1; o < 8; o <<= 1) sq = __fadd_rn(sq, __shfl_xor_sync(FULL_MASK, sq, o));
-        if (here && j % 8 == 0) sq_s[r * NB64 + j / 8] = sq;
+      cp_async_commit_wait_all();
+    } else {
+      for (int c0 = 0; c0 < nr * cpr; c0 += 256) {  // whole warps every pass: the shuffles need all lanes
+        const int c = c0 + tid, r = c / cpr, j = c % cpr, k = wb + 8 * j;
+        const bool here = c < nr * cpr;
+        const i64 row = !here ? 0 : EX ? srow_s[r] / kx : r0 + r;
+        u32 hi[4], lo[4];
+        float xs, sq;
+        split_piece<XM>(x + row * ldx, x2 != nullptr ? x2 + row * ldx2 : nullptr, nw,
+                        hout != nullptr && mb == 0 ? hout + row * ldh : nullptr, here && k < k1, k, hi, lo, xs, sq);
+        if (here) {
+          *(uint4*)(xh + (PK ? 2 * r : r) * PITCH + 8 * j) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+          *(uint4*)((PK ? xh + (2 * r + 1) * PITCH : xl + r * PITCH) + 8 * j) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+        xs = lanes_sum<GL>(xs);
+        if (here && j % GL == 0) sx_s[r * GPW + j / GL] = xs;
+        if (XM == 2) {
+          sq = lanes_sum<8>(sq);
+          if (here && j % 8 == 0) sq_s[r * NB64 + j / 8] = sq;
+        }
       }
     }
     __syncthreads();
@@ -417,6 +455,35 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
     y[(i64)(EX ? srow_s[n] : r0 + n) * ldy + m] = v;
   }
   if (tid == 0) counters[(i64)z * MB + mb] = 0;
+}
+
+// The x rows of a 5+ row product split once (split_piece and the staging's sums, so the same bits) for
+// every block of qmv to copy: xs [row][hi, lo][Sp * 4 pieces] of 8 bf16, sx [row][Sp / SUB] group
+// sums of hi + lo, sq [row][Sp / 2] 64-input sums of squares (XM 2). grid = (ceil(Sp / 64), nrows), block =
+// 256 (a piece a thread; Sp is a multiple of 16, so every warp is whole).
+template <int XM, int SUB>
+__global__ void __launch_bounds__(256) qmv_xsplit(const float* __restrict__ x, const float* __restrict__ x2, i64 ldx,
+                                                  i64 ldx2, const float* __restrict__ nw, float* __restrict__ hout,
+                                                  i64 ldh, int K, int Sp, uint4* __restrict__ xs,
+                                                  float* __restrict__ sx, float* __restrict__ sq) {
+  PDL_ENTRY;
+  constexpr int GL = 4 * SUB;
+  const int r = blockIdx.y, j = blockIdx.x * 256 + threadIdx.x, k = 8 * j, np = Sp * 4;
+  if (blockIdx.x * 256 >= np) return;
+  u32 hi[4], lo[4];
+  float s, q;
+  split_piece<XM>(x + (i64)r * ldx, x2 != nullptr ? x2 + (i64)r * ldx2 : nullptr, nw,
+                  hout != nullptr ? hout + (i64)r * ldh : nullptr, j < np && k < K, k, hi, lo, s, q);
+  if (j < np) {
+    xs[(i64)r * 2 * np + j] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    xs[((i64)r * 2 + 1) * np + j] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  }
+  s = lanes_sum<GL>(s);
+  if (j < np && j % GL == 0) sx[(i64)r * (np / GL) + j / GL] = s;
+  if (XM == 2) {
+    q = lanes_sum<8>(q);
+    if (j < np && j % 8 == 0) sq[(i64)r * (np / 8) + j / 8] = q;
+  }
 }
 
 // Dense fp32 weights [M, K]: one warp per output row, every x row in turn (same arithmetic for

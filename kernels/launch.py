@@ -95,10 +95,12 @@ def qmv_counters(n: int):
 
 
 def qmv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, ldx: int, y, nrows: int, xm: int = 0,
-        x2=None, ldx2: int = 0, nw=None, eps: float = 0.0, hout=None, ldh: int = 0, min_blocks: int = 0):
+        x2=None, ldx2: int = 0, nw=None, eps: float = 0.0, hout=None, ldh: int = 0, min_blocks: int = 0,
+        split_x: bool | None = None):
     """y[:nrows, :M] = f(x) @ W^T for repacked W, with f by xm: 0 x; 1 silu(x) * x2;
     2 rmsnorm(x [+ x2]) * nw (h = x + x2 written to hout when given). min_blocks: 2 or 3 blocks an SM
-    where both are compiled (4-bit, up to 8 rows), 0 for the one with fewer waves (qmv_min_blocks)."""
+    where both are compiled (4-bit, up to 8 rows), 0 for the one with fewer waves (qmv_min_blocks).
+    split_x: f(x) split once by qmv_xsplit or staged by every block (the same bits); None picks by shape."""
     import cupy
     nt = 0 if nrows <= 4 else (1 if nrows <= 8 else (2 if nrows <= 16 else 4))  # 0: up to 4 rows packed
     R = 8 * nt if nt else 4
@@ -112,11 +114,33 @@ def qmv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, ldx: int, 
     else:
         part = sspart = counters = None
     minb = (min_blocks or qmv_min_blocks(mblocks * P * slices, sm_count())) if bits == 4 and nt <= 1 else 2
+    Sp = padded_subgroups(K)
+    xs = sx = sq = None
+    if split_x is None:  # 4+ rows, where the blocks stage much: not the 8B's o (32 row blocks x 4,096) or 27B in_proj
+        split_x = nrows >= 4 and (xm == 1 or mblocks * K >= 3 << 18)
+    if split_x:
+        xs, sx, sq = qmv_xsplit(x, ldx, nrows, K, group, xm, x2, ldx2, nw, hout, ldh)
+        hout = None
     f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 0, %d>" % (bits, group // 32, nt, xm, st, minb))
     f((mblocks, P, slices), (256,),
       (codes, sb, i32(st), x, _ptr(x2), i64(ldx), i64(ldx2), _ptr(nw), f32(eps), _ptr(hout), i64(ldh), y,
-       i64(y.shape[1]), i32(nrows), i32(M), i32(Mp), i32(K), i32(padded_subgroups(K)), i32(KS), _ptr(part),
-       _ptr(sspart), _ptr(counters), NULL, i32(1), i64(0), i64(0)))
+       i64(y.shape[1]), i32(nrows), i32(M), i32(Mp), i32(K), i32(Sp), i32(KS), _ptr(part),
+       _ptr(sspart), _ptr(counters), NULL, i32(1), i64(0), i64(0), _ptr(xs), _ptr(sx), _ptr(sq)))
+
+
+def qmv_xsplit(x, ldx: int, nrows: int, K: int, group: int, xm: int, x2=None, ldx2: int = 0, nw=None, hout=None,
+               ldh: int = 0):
+    """x's rows as qmv stages them, once for all its blocks: (bf16 hi/lo pieces, group sums, 64-input
+    sums of squares or None); h = x + x2 goes to hout here (xm 2)."""
+    import cupy
+    Sp = padded_subgroups(K)
+    xs = cupy.empty(nrows * 2 * Sp * 4 * 4, cupy.uint32)
+    sx = cupy.empty(nrows * Sp // (group // 32), cupy.float32)
+    sq = cupy.empty(nrows * Sp // 2, cupy.float32) if xm == 2 else None
+    f = function("gemv.cu", "qmv_xsplit<%d, %d>" % (xm, group // 32))
+    f((-(-Sp // 64), nrows), (256,), (x, _ptr(x2), i64(ldx), i64(ldx2), _ptr(nw), _ptr(hout), i64(ldh), i32(K), i32(Sp),
+                                  xs, sx, _ptr(sq)))
+    return xs, sx, sq
 
 
 # --- qgemm.cu --------------------------------------------------------------------------------
@@ -417,6 +441,7 @@ def variants() -> list[tuple[str, str]]:
     gemv += ["qmv<%d, %d, %d, %d, %d, 0, %d>" % (bits, group // 32, nt, xm, st, minb)
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_TILES for xm in QMV_INPUTS
              for st in QMV_SCALES for minb in ((2, 3) if bits == 4 and nt <= 1 else (2,))]
+    gemv += ["qmv_xsplit<%d, %d>" % (xm, group // 32) for xm in QMV_INPUTS for group in QMV_GROUPS]
     gemv += ["qmv<%d, %d, %d, %d, %d, 1, 2>" % (bits, group // 32, nt, xm, st)
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_EXPERT_TILES for xm in QMV_INPUTS
              for st in QMV_SCALES]  # the expert products (launch_qwen3_5.qmv_experts)

@@ -79,25 +79,43 @@ def test_qmv_matches_dequantized_product(gb, bits, group, sdtype, M, K):
     assert np.array_equal(gb.to_host(qw.dequantize()), dequantize(w))
 
 
+def qmv_schedules(gb, seed: int, M: int, K: int, xm: int, rows: tuple, schedules: list[dict]) -> None:
+    """One random 4-bit product in input mode xm run under each launcher schedule (keyword arguments of
+    kernels.launch.qmv): every output bit, and h = x + x2 (xm 2), the same under all of them."""
+    import kernels.launch as KL
+    rng = np.random.default_rng(seed)
+    qw = gb.prepare(rand_affine(rng, M, K, 4, 64, "float16"))
+    nw = cupy.asarray(rng.uniform(0.5, 1.5, K).astype(np.float32))
+    for n in rows:
+        x = cupy.asarray(rng.normal(0, 1, (n, K)).astype(np.float32))
+        x2 = cupy.asarray(rng.normal(0, 1, (n, K)).astype(np.float32))
+        out = []
+        for kw in schedules:
+            y, h = cupy.zeros((n, M), cupy.float32), cupy.zeros((n, K), cupy.float32)
+            KL.qmv(qw.codes, qw.sb, qw.st, 4, 64, M, K, x, K, y, n, xm=xm, x2=x2 if xm else None,
+                   ldx2=K if xm else 0, nw=nw if xm == 2 else None, eps=1e-5, hout=h if xm == 2 else None,
+                   ldh=K, **kw)
+            out.append((cupy.asnumpy(y), cupy.asnumpy(h)))
+        assert np.abs(out[0][0]).sum() > 0
+        for y, h in out[1:]:
+            assert np.array_equal(y, out[0][0]) and np.array_equal(h, out[0][1])
+        if xm == 2:
+            assert np.array_equal(out[0][1], cupy.asnumpy(x + x2))
+
+
 @pytest.mark.parametrize("xm", [0, 1, 2])
 def test_qmv_blocks_an_sm_change_no_bits(gb, xm):
     """The 2- and 3-blocks-an-SM builds of one product (the launcher picks by waves) agree bit for bit,
     in every input mode and for the packed rows and one n-tile."""
-    import kernels.launch as KL
-    rng = np.random.default_rng(11 + xm)
-    M, K = 300, 2560
-    qw = gb.prepare(rand_affine(rng, M, K, 4, 64, "float16"))
-    nw = cupy.asarray(rng.uniform(0.5, 1.5, K).astype(np.float32))
-    for n in (1, 4, 8):
-        x = cupy.asarray(rng.normal(0, 1, (n, K)).astype(np.float32))
-        x2 = cupy.asarray(rng.normal(0, 1, (n, K)).astype(np.float32))
-        ys = []
-        for minb in (2, 3):
-            y = cupy.zeros((n, M), cupy.float32)
-            KL.qmv(qw.codes, qw.sb, qw.st, 4, 64, M, K, x, K, y, n, xm=xm, x2=x2 if xm else None,
-                   ldx2=K if xm else 0, nw=nw if xm == 2 else None, eps=1e-5, min_blocks=minb)
-            ys.append(cupy.asnumpy(y))
-        assert np.array_equal(ys[0], ys[1]) and np.abs(ys[0]).sum() > 0
+    qmv_schedules(gb, 11 + xm, 300, 2560, xm, (1, 4, 8), [dict(min_blocks=2), dict(min_blocks=3)])
+
+
+@pytest.mark.parametrize("xm", [0, 1, 2])
+@pytest.mark.parametrize("M, K", [(300, 2560), (64, 5120)])  # one segment; segments of a split K
+def test_qmv_split_x_changes_no_bits(gb, xm, M, K):
+    """x split once for all blocks (qmv_xsplit) and x staged by every block give the same bits, for
+    packed rows, one and two n-tiles and K not a whole number of split blocks."""
+    qmv_schedules(gb, 21 + xm, M, K, xm, (3, 8, 13), [dict(split_x=False), dict(split_x=True)])
 
 
 def test_qmv_odd_input_width_and_lazy_silu(gb):
