@@ -337,7 +337,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--history", type=whole_list(1, MAX_CONTEXT), default=[8192], metavar="N,N,...",
                    help="cells of one stream decoding after a prompt of N tokens (a chat with history)")
     b.add_argument("--profile", action="store_true",
-                   help="the per-kernel breakdown of one decode step and one prompt chunk (GPU)")
+                   help="the per-kernel breakdown of one decode step (1 stream and the most --streams), "
+                        "one verify window (with --drafter) and one prompt chunk (GPU)")
     b.add_argument("--no-pdl", action="store_true",
                    help="graphs without programmatic dependent launches (GPU; the A/B of kernels/pdl.py)")
     b.add_argument("--prompt-gemm", choices=("auto", "qgemm", "cublas"), default="auto",

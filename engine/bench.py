@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .bench_prefill import gemm_rate, interleave_cells, interleave_names, mfu_note
-from .bench_profile import format_profile, profile_chunk, profile_step
+from .bench_profile import PROFILE_POSITION, format_profile, profile_chunk, profile_step
 from .errors import PlanError
 from .settings import EngineSettings, SamplingParams
 
@@ -299,8 +299,9 @@ def ready_scheduler(runner: Runner, s: EngineSettings) -> Scheduler:
 
 
 def drafted_cell(bench: Bench, s: EngineSettings, msgs: list, params: SamplingParams, plain: list, cell: Cell,
-                 log) -> Cell:
-    """The decode cell again with the settings' drafter (the oracle learns the plain cell's tokens)."""
+                 log, profiles: list[str] | None = None) -> Cell:
+    """The decode cell again with the settings' drafter (the oracle learns the plain cell's tokens);
+    with `profiles`, the first such cell adds the per-kernel breakdown of one verify window to it."""
     sched = ready_scheduler(bench.runner, s)
     if sched.verifier is None:
         return Cell(cell.name + f", {s.drafter}", note=f"skipped: {sched.plan.drafter_note}")
@@ -319,6 +320,9 @@ def drafted_cell(bench: Bench, s: EngineSettings, msgs: list, params: SamplingPa
     cost = f", window {out.step_ms / cell.step_ms:.2f}x one row's step" if windows and cell.step_ms else ""
     out.note = f"mean accepted length {mean:.2f}{cost}"
     log(f"bench: {out.name}: {out.note}")
+    if profiles is not None and not profiles:
+        profiles.append(format_profile(profile_step(bench.runner, sched, window=k + 1), bench.runner.backend.name,
+                                       f"one verify window of {k + 1} rows, 1 stream at position {PROFILE_POSITION}"))
     return out
 
 
@@ -377,6 +381,7 @@ def main(a) -> int:
     hi = min(cfg.vocab, 272) if runner.loaded.format == "synthetic" else cfg.vocab
     greedy = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
     cells: list[Cell] = []
+    window_profiles: list[str] = []  # bench --profile with a drafter: one verify window's kernels
 
     # warm-up: kernels compile and the prompt path runs once
     warm = min(300, s.context - 8)
@@ -407,7 +412,8 @@ def main(a) -> int:
             log(f"bench: {name}: {sum(q.generated for q in seqs)} tokens in {dt:.2f} s")
             if drafted is not None:
                 sched = None  # its cache's memory goes to the drafted run's, then back
-                cells.append(drafted_cell(bench, drafted, msgs, params, seqs, cells[-1], log))
+                cells.append(drafted_cell(bench, drafted, msgs, params, seqs, cells[-1], log,
+                                          window_profiles if getattr(a, "profile", False) else None))
                 sched = ready_scheduler(runner, s)
                 bench.timed_decode(sched)
     S = getattr(a, "interleave", 0)
@@ -435,6 +441,12 @@ def main(a) -> int:
     print(format_table(cells))
     if getattr(a, "profile", False):
         print(format_profile(profile_step(runner, sched), b.name))
+        most = max((S for S in streams if S + 1 <= s.parallel), default=1)
+        if most > 1:
+            print(format_profile(profile_step(runner, sched, streams=most), b.name,
+                                 f"one decode step, {most} streams at position {PROFILE_POSITION}"))
+        for text in window_profiles:
+            print(text)
         for n in getattr(a, "history", []):  # the same step where the attention reads a long history
             if n + 1 < s.context:
                 print(format_profile(profile_step(runner, sched, n), b.name,

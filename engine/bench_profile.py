@@ -14,31 +14,58 @@ from .settings import SamplingParams
 PROFILE_POSITION = 300  # the stream's position in the profiled step
 
 
-def profile_step(runner, sched, position: int = PROFILE_POSITION) -> list[tuple[str, tuple, float]]:
-    """(kernel, grid, µs) of every launch of one decode step and its token choice, for one stream at
-    `position` on a lane of its own (the K/V it reads are whatever its pages hold: the timing is the
-    same). Empty on a backend without kernels."""
+def profile_step(runner, sched, position: int = PROFILE_POSITION, streams: int = 1,
+                 window: int = 1) -> list[tuple[str, tuple, float]]:
+    """(kernel, grid, µs) of every launch of one decode step and its token choices: `streams` streams
+    at `position`, each on a lane of its own, each a verify window of `window` rows (positions
+    position..position + window - 1; the K/V they read are whatever the pages hold: the timing is
+    the same). Empty on a backend without kernels."""
     b = runner.backend
     if b.name != "cupy":
         return []
     import kernels
-    lane = sched.lanes.acquire()
-    if lane is None or not sched.lanes.ensure(lane, position + 1):
-        raise PlanError("bench --profile needs a free lane with room for its position")
-    rows = Rows(np.array([17]), np.array([position]), sched.lanes.table(lane)[None], np.array([lane.index]), False)
-    greedy = [SamplingParams(temperature=0)]
-    graphs, b.graphs = b.graphs, False
+    lanes = []
     try:
-        b.choose(b.decode_step(runner.model, rows, sched.cache), greedy, [position + 1])  # every kernel loaded
-        b.synchronize()
-        with kernels.timing() as timer:
-            timer.backlog()
-            b.choose(b.decode_step(runner.model, rows, sched.cache), greedy, [position + 1])
-        return timer.rows()
+        for _ in range(streams):
+            lane = sched.lanes.acquire()
+            if lane is None:
+                raise PlanError(f"bench --profile needs {streams} free lanes")
+            lanes.append(lane)
+            if not sched.lanes.ensure(lane, position + window):
+                raise PlanError("bench --profile needs lanes with room for its positions")
+        rows = profile_rows(sched, lanes, position, window)
+        greedy, keys = [SamplingParams(temperature=0)] * len(rows), (rows.positions + 1).tolist()
+
+        def step() -> None:
+            out = b.decode_step(runner.model, rows, sched.cache)
+            b.choose(out[0] if rows.hidden else out, greedy, keys)
+
+        graphs, b.graphs = b.graphs, False
+        try:
+            step()  # every kernel loaded
+            b.synchronize()
+            with kernels.timing() as timer:
+                timer.backlog()
+                step()
+            return timer.rows()
+        finally:
+            b.graphs = graphs
     finally:
-        b.graphs = graphs
-        sched.cache.reset(lane.index)
-        sched.lanes.release(lane)
+        for lane in lanes:
+            sched.cache.reset(lane.index)
+            sched.lanes.release(lane)
+
+
+def profile_rows(sched, lanes: list, position: int, window: int = 1) -> Rows:
+    """Decode rows of these lanes at `position`, each a window of `window` rows (positions position..
+    position + window - 1) as the drafter's verifier runs them (its hidden states and taps)."""
+    v = sched.verifier if window > 1 else None
+    hidden = v is not None and v.wants_hidden
+    n = len(lanes) * window
+    return Rows(np.full(n, 17), np.tile(position + np.arange(window), len(lanes)),
+                np.repeat(np.stack([sched.lanes.table(x) for x in lanes]), window, 0),
+                np.repeat([x.index for x in lanes], window), False, window=window, hidden=hidden,
+                taps=v.taps if hidden else ())
 
 
 def profile_chunk(runner, sched, start: int) -> list[tuple[str, tuple, float]]:

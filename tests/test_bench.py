@@ -1,11 +1,14 @@
-"""The bench's CPU side: byte counting, the table, and a whole run on a tiny model (numpy)."""
+"""The bench's CPU side: byte counting, the table, and a whole run on a tiny model (numpy); on a GPU,
+the profile's per-kernel breakdowns."""
 import argparse
 
 import numpy as np
+import pytest
 
 from engine import bench
 from engine.config import ModelConfig
 from engine.models import build
+from engine.ops import cuda_available
 from engine.ops.numpy_backend import NumpyBackend
 from engine.synthetic import synthetic
 
@@ -100,15 +103,51 @@ def test_moe_steps_count_only_the_experts_rows_can_reach():
 def test_drafted_cells_report_acceptance_and_the_window_cost(capsys):
     a = argparse.Namespace(model=None, synthetic="tiny-qwen3.5", backend="numpy", parallel=2, context=256,
                            kv_dtype="bf16", kv_pages=None, kv_pages_all=False, memory_gib=None, prefill_chunk=64,
-                           prompt_lengths=[40], streams=[1, 2], decode_tokens=9, drafter="oracle", draft_tokens=3)
+                           prompt_lengths=[40], streams=[1, 2], decode_tokens=9, drafter="oracle", draft_tokens=3,
+                           profile=True)
     assert bench.main(a) == 0
-    table = capsys.readouterr().out.split("cell\t", 1)[1].splitlines()
+    out = capsys.readouterr().out
+    assert out.count("profile: the numpy backend launches no kernels") == 3  # a step, a verify window, a chunk
+    table = out.split("cell\t", 1)[1].split("profile:")[0].splitlines()
     rows = {line.split("\t")[0]: line.split("\t") for line in table[1:]}
     for name in ("1 stream, greedy", "2 streams, T 1.0"):
         cell = rows[f"{name}, oracle k=3"]
         assert float(cell[1].replace(",", "")) > 0 and float(cell[2]) > 0
         # 9 tokens: the prompt's, then windows of 4 accepted in full (the last cut by the token limit)
         assert "mean accepted length 4.00, window " in cell[-1] and cell[-1].endswith("x one row's step")
+
+
+def test_profile_rows_are_the_verifiers_windows(capsys):
+    """bench --profile's rows for several streams and for verify windows run as the scheduler's own
+    (a window's rows at consecutive positions of one lane, the drafter's hidden states with them)."""
+    from engine.bench_profile import profile_rows
+    from engine.settings import EngineSettings
+    s = EngineSettings(model="synthetic:tiny-qwen3.5", backend="numpy", parallel=3, context=256, drafter="mtp",
+                       draft_tokens=3).validate()
+    runner = bench.build_runner(argparse.Namespace(synthetic=None), s, lambda m: None)
+    sched = bench.ready_scheduler(runner, s)
+    lanes = [sched.lanes.acquire() for _ in range(2)]
+    assert all(sched.lanes.ensure(x, 40) for x in lanes)
+    rows = profile_rows(sched, lanes, 30, 4)
+    assert rows.positions.tolist() == [30, 31, 32, 33] * 2 and rows.hidden and rows.window == 4
+    assert rows.lanes.tolist() == [lanes[0].index] * 4 + [lanes[1].index] * 4
+    logits, hidden = runner.backend.decode_step(runner.model, rows, sched.cache)
+    assert logits.shape[0] == 8 and hidden.shape[0] == 8 and np.isfinite(logits).all()
+    plain = profile_rows(sched, lanes, 30)
+    assert plain.positions.tolist() == [30, 30] and not plain.hidden and plain.window == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available()[0], reason="no GPU")
+def test_profile_breaks_down_a_step_of_several_streams_and_a_verify_window(capsys):
+    a = argparse.Namespace(model=None, synthetic="tiny-qwen3.5", backend="cupy", parallel=3, context=2048,
+                           kv_dtype="bf16", kv_pages=16, kv_pages_all=True, memory_gib=None, prompt_lengths=[40],
+                           streams=[1, 2], decode_tokens=5, drafter="oracle", draft_tokens=3, profile=True)
+    assert bench.main(a) == 0
+    out = capsys.readouterr().out
+    for what in ("one decode step, 1 stream", "one decode step, 2 streams", "one verify window of 4 rows, 1 stream"):
+        kernels = out.split(f"profile: {what} at position 300, graphs off: ")[1].split("profile:")[0]
+        assert "\nqmv<" in kernels and "\nsample_rows\t" in kernels
 
 
 def test_mfu_counts_every_product_and_the_prompts_attention():
