@@ -24,7 +24,7 @@ def profile_step(runner, sched, position: int = PROFILE_POSITION, streams: int =
     if b.name != "cupy":
         return []
     import kernels
-    lanes = []
+    lanes, graphs = [], b.graphs
     try:
         for _ in range(streams):
             lane = sched.lanes.acquire()
@@ -40,17 +40,15 @@ def profile_step(runner, sched, position: int = PROFILE_POSITION, streams: int =
             out = b.decode_step(runner.model, rows, sched.cache)
             b.choose(out[0] if rows.hidden else out, greedy, keys)
 
-        graphs, b.graphs = b.graphs, False
-        try:
-            step()  # every kernel loaded
-            b.synchronize()
-            with kernels.timing() as timer:
-                timer.backlog()
-                step()
-            return timer.rows()
-        finally:
-            b.graphs = graphs
+        b.graphs = False
+        step()  # every kernel loaded
+        b.synchronize()
+        with kernels.timing() as timer:
+            timer.backlog()
+            step()
+        return timer.rows()
     finally:
+        b.graphs = graphs
         for lane in lanes:
             sched.cache.reset(lane.index)
             sched.lanes.release(lane)
