@@ -210,6 +210,7 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   // into registers all at once (land() decodes them). Keys past nk: zeros (their scores are masked).
   constexpr int FP = CHUNK * 32 / 256;
   uint2 kw[KV8 ? FP : 1], vw[KV8 ? FP : 1];
+  float kscr = 0.0f, vscr = 0.0f;  // fp8 scales of key tid: stored when the chunk lands, not before the barrier
   auto issue = [&](int c, int s) {
     const int nk = min(CHUNK, L - c * CHUNK);
     u32* kt = tiles + s * 2 * CHUNK * PW;
@@ -234,8 +235,8 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
       }
     }
     if (KV8 && tid < CHUNK) {  // zero past nk: their p are 0, and 0 times stale shared bits may be NaN
-      ksc_s[s * CHUNK + tid] = tid < nk ? ksc[slot_s[s][tid] * KH + kh] : 0.0f;
-      vsc_s[s * CHUNK + tid] = tid < nk ? vsc[slot_s[s][tid] * KH + kh] : 0.0f;
+      kscr = tid < nk ? ksc[slot_s[s][tid] * KH + kh] : 0.0f;
+      vscr = tid < nk ? vsc[slot_s[s][tid] * KH + kh] : 0.0f;
     }
     if (!KV8) cp_async_commit();
   };
@@ -250,6 +251,10 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
         *(uint4*)(kt + j * PW + 4 * w4) = fp8_piece(kw[i]);
         *(uint4*)(kt + (CHUNK + j) * PW + 4 * w4) = fp8_piece(vw[i]);
       }
+    }
+    if (tid < CHUNK) {
+      ksc_s[s * CHUNK + tid] = kscr;
+      vsc_s[s * CHUNK + tid] = vscr;
     }
   };
 

@@ -170,7 +170,7 @@ def moe_route_slots(logits, ld: int, E: int, k: int, experts, weights, rows: int
         raise ValueError(f"moe_route_slots: {rows} rows of {E} logits is beyond the kernel (route_slots_fit)")
     s = _slots(experts.size, ES)
     f = function("moe.cu", "moe_route_slots")
-    f((1,), (1024,), (logits, i64(ld), i32(E), i32(k), L._ptr(gate), i64(ldg), experts, weights, i32(rows), i32(ES),
+    f((1,), (32 if rows == 1 else 1024,), (logits, i64(ld), i32(E), i32(k), L._ptr(gate), i64(ldg), experts, weights, i32(rows), i32(ES),
                       i32(slot_rows(s.nt)), s.table, i32(s.Z)), shared_mem=rows * E * 4)
     return s
 

@@ -104,7 +104,7 @@ extern "C" __global__ void moe_slots(const int* __restrict__ experts, int nk, in
 
 // Decode rows in one launch: n <= 32 rows routed one warp a row (moe_route's arithmetic), then the
 // slots of their n·kk ids over ES experts (moe_slots'; experts is read back as written, so no
-// read-only path for it). grid = 1, block = 1024, dynamic shared n·E floats.
+// read-only path for it). grid = 1, block = 1024 (32 for one row), dynamic shared n·E floats.
 extern "C" __global__ void moe_route_slots(const float* __restrict__ logits, i64 ld, int E, int k,
                                            const float* __restrict__ gate, i64 ldg, int* experts,
                                            float* __restrict__ weights, int n, int ES, int R,
@@ -112,6 +112,17 @@ extern "C" __global__ void moe_route_slots(const float* __restrict__ logits, i64
   PDL_ENTRY;
   extern __shared__ float p_all[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, kk = gate != nullptr ? k + 1 : k;
+  if (n == 1) {  // one row's choices are distinct experts: a slot each, written by the lane that chose it
+    route_row(logits, E, k, gate, experts, weights, p_all, lane);
+    if (lane < kk) {
+      int* sl = slots + (i64)lane * (2 + R);
+      sl[0] = experts[lane];  // the lane's own write
+      sl[1] = 1;
+      sl[2] = lane;
+    }
+    for (int s = kk + lane; s < Z; s += 32) slots[(i64)s * (2 + R) + 1] = 0;
+    return;
+  }
   if (warp < n)
     route_row(logits + warp * ld, E, k, gate != nullptr ? gate + warp * ldg : nullptr, experts + warp * kk,
               weights + warp * kk, p_all + warp * E, lane);
