@@ -118,10 +118,22 @@ class ModelConfig:
 
     def state_bytes_per_stream(self) -> int:
         """DeltaNet conv rows (fp32) and recurrent state (fp32) that one stream keeps, never paged."""
-        n = len(self.linear_layers)
-        conv = self.conv_channels * (self.conv_kernel - 1) * 4
-        state = self.lin_v_heads * self.lin_k_dim * self.lin_v_dim * 4
+        n, conv, state, _ = self._recurrent_sizes()
         return n * (conv + state)
+
+    def _recurrent_sizes(self) -> tuple[int, int, int, int]:
+        """(linear layers, bytes of a layer's conv rows, of its state, of a window row's log of it)."""
+        return (len(self.linear_layers), self.conv_channels * (self.conv_kernel - 1) * 4,
+                self.lin_v_heads * self.lin_k_dim * self.lin_v_dim * 4,
+                self.lin_v_heads * (self.lin_k_dim + self.lin_v_dim + 1) * 4)
+
+    def recurrent_bytes(self, lanes: int, drafts: int) -> int:
+        """The cache's recurrent slots for `lanes` streams with verify windows of `drafts` rows more
+        (kv.cache.Cache): conv rows in each window row's slot and the states in the lanes' alone (each
+        plus a scratch slot, and a checkpoint slot a lane), and per lane and row after the first the
+        state's log, k̂, δ and e^g of every value head."""
+        n, conv, state, log = self._recurrent_sizes()
+        return n * (((lanes + 1) * (drafts + 1) + lanes) * conv + (2 * lanes + 1) * state + (lanes + 1) * drafts * log)
 
     @classmethod
     def from_hf(cls, raw: Any, source: str = "config.json") -> "ModelConfig":

@@ -79,9 +79,10 @@ def make_plan(cfg: ModelConfig, s: EngineSettings, free_bytes: int | None = None
     rings = ring_bytes(n, ring)
     page_bytes = P * cfg.kv_bytes_per_token(s.kv_dtype, layers)
     # One state slot more than streams: padding rows of a captured decode batch update a scratch slot;
-    # a verify window of k drafts keeps the state after each of its k + 1 rows; and per stream a
-    # checkpoint slot (a failed batched step puts the rows' state back).
-    state = ((n + 1) * (k + 1) + n) * cfg.state_bytes_per_stream()
+    # a verify window of k drafts keeps the conv rows after each of its k + 1 rows and the DeltaNet
+    # state's log of each row after the first; and per stream a checkpoint slot (a failed batched
+    # step puts the rows' state back).
+    state = cfg.recurrent_bytes(n, k)
     windows = {"off": n, "pages": 1, "all": 0}[s.paging]
     pool_lanes = n - windows
     need_pool = pool_lanes * W

@@ -154,9 +154,10 @@ DEV float decay_dot(float* s, float dec, const float* k) {
 // T = 1, one lane each; verify windows: nseq streams of T = W rows (row s·T + t is stream s's
 // window row t); a prompt chunk: nseq = 1, T rows of lanes[0] (the recurrent form: the numpy
 // twin of a prompt is the chunked form, equal within rounding). The state comes from the lane's
-// slot; stride = 0: the state after the last row goes back there; stride > 0 (a verify window): the
-// state after row t goes to slot lane + t·stride (Cache.window_slots), what T one-row steps, each
-// from a copy of the state row t-1 left, would write. Per value head h (key head
+// slot; stride = 0: the state after the last row goes back there; stride > 0 (a verify window): row
+// 0's state goes there, and row t >= 1, stepping from row t-1's, writes its update (k̂ [Hv][DK],
+// δ [Hv][Dv], e^g [Hv]) to log slot lane + (t-1)·stride of klog, dlog, glog (Cache.logs), from which
+// deltanet_keep rebuilds what T one-row steps would leave. Per value head h (key head
 // h / (Hv/Hk)), per token: q̂ = l2norm(q)·qscale, k̂ = l2norm(k) (eps 1e-6 inside the root);
 // S ← e^g S; δ = β(v − Sᵀk̂); S ← S + k̂ δᵀ; o = Sᵀq̂.
 // q, k [rows, Hk, DK] (row strides ldq, ldk; heads contiguous), v [rows, Hv, Dv] (row stride ldv),
@@ -171,7 +172,8 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
     deltanet_scan(const float* __restrict__ q, i64 ldq, const float* __restrict__ k, i64 ldk,
                   const float* __restrict__ v, i64 ldv, const float* __restrict__ g, const float* __restrict__ beta,
                   float* __restrict__ state, const int* __restrict__ lanes, int slots, float* __restrict__ out, int T,
-                  int stride, int Hk, int Hv, int Dv, float qscale) {
+                  int stride, float* __restrict__ klog, float* __restrict__ dlog, float* __restrict__ glog, int Hk,
+                  int Hv, int Dv, float qscale) {
   // A part's rows sit at stride P (4 floats of padding) so the G parts of a warp read distinct banks.
   constexpr int R = DK / G, P = R + 4, DP = G * P;
   __shared__ __align__(16) float qs[SCAN_TILE * DP];
@@ -252,11 +254,20 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
           s[r] = __fmaf_rn(kr[r], delta, s[r]);
           o = __fmaf_rn(s[r], qr[r], o);
         }
-        if (stride != 0) {  // a verify window: this row's state to its slot, then the next row's first half
-          if (on) {
-            float* St = state + ((i64)dn_slot(lane0 + (t0 + t) * stride, slots) * Hv + h) * DK * Dv;
+        if (stride != 0) {  // a verify window: row 0's state to the lane's slot, a later row's log; then
+                            // the next row's first half
+          const int wr = t0 + t;
+          if (wr == 0 && on) {
 #pragma unroll
-            for (int r = 0; r < R; ++r) St[(i64)(part * R + r) * Dv + j] = s[r];
+            for (int r = 0; r < R; ++r) S[(i64)(part * R + r) * Dv + j] = s[r];
+          } else if (wr > 0) {
+            const i64 at = ((i64)(wr - 1) * stride + dn_slot(lane0, slots)) * Hv + h;
+            if (on && part == 0) dlog[at * Dv + j] = delta;
+            if (blockIdx.z == 0) {
+              const float* krow = ks + t * DP;  // k̂ of the row, every part
+              for (int d = threadIdx.x; d < DK; d += blockDim.x) klog[at * DK + d] = krow[(d / R) * P + d % R];
+              if (threadIdx.x == 0) glog[at] = ds[t];
+            }
           }
           if (t + 1 < nt) m = decay_dot<R>(s, on ? ds[t + 1] : 0.0f, kr + DP);
         }
@@ -271,6 +282,34 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
 #pragma unroll
     for (int r = 0; r < R; ++r) S[(i64)(part * R + r) * Dv + j] = s[r];
   }
+}
+
+// A verify window's accepted rows first..last replayed onto each layer's lane slot (which holds row
+// first - 1's state): per element, the scan's
+// own operations in its order (S ← e^g·S, then S ← S + k̂·δ as one fma), so the state has the bits T
+// one-row steps leave. states, klogs, dlogs, glogs: per layer the arrays' addresses (Cache.logs);
+// the log of row t at slot + (t-1)·stride. grid = (layers, Hv, ceil(DK·Dv / 256)), block = 256.
+extern "C" __global__ void deltanet_keep(const unsigned long long* __restrict__ states,
+                                         const unsigned long long* __restrict__ klogs,
+                                         const unsigned long long* __restrict__ dlogs,
+                                         const unsigned long long* __restrict__ glogs, int slot, int first, int last,
+                                         int stride,
+                                         int Hv, int DK, int Dv) {
+  PDL_ENTRY;
+  const int layer = blockIdx.x, h = blockIdx.y, e = blockIdx.z * 256 + threadIdx.x;
+  if (e >= DK * Dv) return;
+  const int d = e / Dv, j = e - d * Dv;
+  float* S = (float*)states[layer] + ((i64)slot * Hv + h) * DK * Dv + e;
+  const float* kl = (const float*)klogs[layer];
+  const float* dl = (const float*)dlogs[layer];
+  const float* gl = (const float*)glogs[layer];
+  float s = *S;
+  for (int t = first; t <= last; ++t) {
+    const i64 at = ((i64)(t - 1) * stride + slot) * Hv + h;
+    s = __fmul_rn(s, gl[at]);
+    s = __fmaf_rn(kl[at * DK + d], dl[at * Dv + j], s);
+  }
+  *S = s;
 }
 
 // y = w ⊙ x·rsqrt(mean x² + eps) ⊙ silu(z) per (row, head): x [n, H, D] contiguous, z [n, H, D] with

@@ -52,16 +52,28 @@ def scan_split(DK: int) -> int:
 
 
 def deltanet_scan(q, ldq: int, k, ldk: int, v, ldv: int, g, beta, state, lanes, slots: int, out, nseq: int, T: int,
-                  stride: int, Hk: int, Hv: int, DK: int, Dv: int, qscale: float):
-    """T rows of each of nseq sequences (lanes[s·T]: sequence s's lane); stride > 0: a verify window, the
-    state after row t to slot lane + t·stride; 0: the state after the last row to the lane's slot."""
+                  stride: int, Hk: int, Hv: int, DK: int, Dv: int, qscale: float, logs: tuple = ()):
+    """T rows of each of nseq sequences (lanes[s·T]: sequence s's lane); stride > 0: a verify window, row
+    0's state to the lane's slot and row t's update to `logs` (k̂, δ, e^g) at lane + (t-1)·stride; 0: the
+    state after the last row to the lane's slot."""
     if DK not in SCAN_DK:
         raise ValueError(f"deltanet_scan: key head dim {DK} is not one of {SCAN_DK}")
+    if stride and len(logs) != 3:
+        raise ValueError("deltanet_scan: a verify window needs its logs (k̂, δ, e^g)")
     G = scan_split(DK)
+    kl, dl, gl = logs if stride else (None, None, None)
     f = function("deltanet.cu", "deltanet_scan<%d, %d>" % (DK, G))
     f((nseq, Hv, -(-Dv // SCAN_COLS)), (G * SCAN_COLS,),
-      (q, i64(ldq), k, i64(ldk), v, i64(ldv), g, beta, state, lanes, i32(slots), out, i32(T), i32(stride), i32(Hk),
-       i32(Hv), i32(Dv), f32(qscale)))
+      (q, i64(ldq), k, i64(ldk), v, i64(ldv), g, beta, state, lanes, i32(slots), out, i32(T), i32(stride),
+       L._ptr(kl), L._ptr(dl), L._ptr(gl), i32(Hk), i32(Hv), i32(Dv), f32(qscale)))
+
+
+def deltanet_keep(tables, slot: int, first: int, last: int, stride: int, layers: int, Hv: int, DK: int, Dv: int):
+    """Window rows first..last of each layer's log replayed onto its state at `slot`: tables = device
+    uint64 arrays of the layers' state, k̂, δ and e^g addresses."""
+    f = function("deltanet.cu", "deltanet_keep")
+    f((layers, Hv, -(-(DK * Dv) // 256)), (256,), (*tables, i32(slot), i32(first), i32(last), i32(stride), i32(Hv),
+                                                    i32(DK), i32(Dv)))
 
 
 # --- deltanet_chunk.cu ------------------------------------------------------------------------
@@ -170,8 +182,9 @@ def moe_route_slots(logits, ld: int, E: int, k: int, experts, weights, rows: int
         raise ValueError(f"moe_route_slots: {rows} rows of {E} logits is beyond the kernel (route_slots_fit)")
     s = _slots(experts.size, ES)
     f = function("moe.cu", "moe_route_slots")
-    f((1,), (32 if rows == 1 else 1024,), (logits, i64(ld), i32(E), i32(k), L._ptr(gate), i64(ldg), experts, weights, i32(rows), i32(ES),
-                      i32(slot_rows(s.nt)), s.table, i32(s.Z)), shared_mem=rows * E * 4)
+    f((1,), (32 if rows == 1 else 1024,),
+      (logits, i64(ld), i32(E), i32(k), L._ptr(gate), i64(ldg), experts, weights, i32(rows), i32(ES),
+       i32(slot_rows(s.nt)), s.table, i32(s.Z)), shared_mem=rows * E * 4)
     return s
 
 
@@ -220,7 +233,8 @@ def moe_combine(y, weights, k: int, out, H: int, rows: int, shared=None, lds: in
 def variants() -> list[tuple[str, str]]:
     """Every (file, kernel name) the launchers above can ask `function` for, from their own tables."""
     deltanet = [f"{k}<{w}>" for k in ("conv1d_step", "conv1d_prompt") for w in CONV_WIDTHS]
-    deltanet += ["deltanet_gates", "gated_rmsnorm"] + ["deltanet_scan<%d, %d>" % (dk, scan_split(dk)) for dk in SCAN_DK]
+    deltanet += ["deltanet_gates", "deltanet_keep", "gated_rmsnorm"]
+    deltanet += ["deltanet_scan<%d, %d>" % (dk, scan_split(dk)) for dk in SCAN_DK]
     chunk = [f"{k}<{dk}>" for k in ("dn_chunk_norm", "dn_chunk_prep", "dn_chunk_state") for dk in CHUNK_DK]
     moe = ["moe_route", "moe_slots", "moe_route_slots", "moe_swiglu", "moe_combine"]
     moe += [f"moe_gemv<{b}>" for b in MOE_BITS]

@@ -94,10 +94,16 @@ def test_plan_counts_the_head_layer_and_the_window_state(qwen):
     per_layer = cfg.kv_bytes_per_token("bf16") // len(cfg.attention_layers)
     assert drafted.page_bytes == plain.page_bytes + s.page_tokens * per_layer
     n, k, per = s.parallel, s.draft_tokens, cfg.state_bytes_per_stream()
-    # slots and a scratch slot per window row, and one checkpoint slot per stream
-    assert (plain.state_bytes, drafted.state_bytes) == ((2 * n + 1) * per, ((n + 1) * (k + 1) + n) * per)
-    assert drafted.draft_layers == 1 and "drafter mtp (3 drafts per window)" in drafted.line
+    L, C, Hv = len(cfg.linear_layers), cfg.conv_channels * (cfg.conv_kernel - 1), cfg.lin_v_heads
+    # conv rows: slots and a scratch slot per window row; the DeltaNet state: the lanes' slots alone
+    # and a log per window row after the first; both a checkpoint slot per stream
+    conv_more = L * (n + 1) * k * C * 4
+    logs = L * (n + 1) * k * Hv * (cfg.lin_k_dim + cfg.lin_v_dim + 1) * 4
+    assert (plain.state_bytes, drafted.state_bytes) == ((2 * n + 1) * per, (2 * n + 1) * per + conv_more + logs)
+    assert drafted.state_bytes < ((n + 1) * (k + 1) + n) * per  # less than every row's state kept
     cache = r.scheduler(s).cache
+    assert cache.state_bytes == drafted.state_bytes
+    assert drafted.draft_layers == 1 and "drafter mtp (3 drafts per window)" in drafted.line
     assert len(cache.k) == len(cfg.attention_layers) + 1
 
 

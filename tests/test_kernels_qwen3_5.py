@@ -227,19 +227,21 @@ WINDOW_SHAPES = [(16, 48, 128, 128), (16, 32, 128, 128)]  # 27B's and 35B-A3B's 
                          + [(17, 2, 4, 16, 16)])  # 17 rows: the scan's tiles of 16 end inside the window
 def test_window_is_the_row_by_row_loop(gb, W, hk, hv, dk, dv):
     """Verify windows in one conv (+ gates) launch and one scan launch give the bits of the window
-    stepped one row at a time (window row j of every stream on its window slot, from a copy of the
-    state row j-1 left): every output and every slot of both states; a padding stream (lane -1)
-    steps the scratch slots. And the numpy twin within rounding."""
+    stepped one row at a time: every output, every conv slot (row j of every stream on its window
+    slot), and, for every accepted row, the DeltaNet state `deltanet_keep` rebuilds from row 0's
+    state and the rows' logs; a padding stream (lane -1) steps the scratch slots. And the numpy twin
+    (its own window and keep) within rounding."""
     from engine.kv import Cache
     rng = np.random.default_rng(W * 100 + hv)
     K, C = 4, 2 * hk * dk + hv * dv
     lanes = np.array([2, 0, -1, 3], np.int32)  # 4 lanes (lane 1 idle) and a padding stream
     cache = Cache(gb, layers=1, pages=2, page_tokens=16, kv_heads=1, head_dim=16, kv_dtype="bf16", lanes=4,
-                  state_shapes=[((C, K - 1), (hv, dk, dv))], draft_tokens=W - 1)
+                  state_shapes=[((C, K - 1), (hv, dk, dv))], state_logs=[((hv, dk), (hv, dv), (hv,))],
+                  draft_tokens=W - 1)
     n, stride = len(lanes) * W, cache.window_stride
-    slots = cache.state[0][0].shape[0]
-    conv0 = rng.normal(size=(slots, C, K - 1)).astype(np.float32)
-    rec0 = rng.normal(0, .3, (slots, hv, dk, dv)).astype(np.float32)
+    conv0 = rng.normal(size=cache.state[0][0].shape).astype(np.float32)
+    rec0 = rng.normal(0, .3, cache.state[0][1].shape).astype(np.float32)
+    assert rec0.shape[0] == 5 and conv0.shape[0] == 5 * W  # the state keeps its lane slots alone
     y = rng.normal(size=(n, C + 2 * hv + 3)).astype(np.float32)  # [qkv | a | b | ...]: strided views, as the model's
     w = rng.normal(size=(C, K)).astype(np.float32)
     al, dt = np.log(rng.uniform(1, 16, hv)).astype(np.float32), rng.normal(0, .5, hv).astype(np.float32)
@@ -250,38 +252,53 @@ def test_window_is_the_row_by_row_loop(gb, W, hk, hv, dk, dv):
         m, kd = len(x), hk * dk
         return x[:, :kd].reshape(m, hk, dk), x[:, kd:2 * kd].reshape(m, hk, dk), x[:, 2 * kd:].reshape(m, hv, dv)
 
-    # the row-by-row loop: one conv (+ gates) and one scan launch per window row
+    # the row-by-row loop: one conv (+ gates) and one scan launch per window row; the state after each row
     conv, rec = cupy.asarray(conv0), cupy.asarray(rec0)
     ref = [cupy.empty((n, C), cupy.float32), cupy.empty((n, hv), cupy.float32), cupy.empty((n, hv), cupy.float32),
            cupy.empty((n, hv, dv), cupy.float32)]
+    after = []
     for j in range(W):
         at = cache.window_slots(lanes, j)
-        if j:  # the fork: row j starts from a copy of row j-1's state
-            src, dst = (cupy.asarray(cache.window_slots(lanes, j - 1)), cupy.asarray(at))
-            conv[dst], rec[dst] = conv[src], rec[src]
+        if j:  # the fork: row j's conv starts from a copy of row j-1's
+            conv[cupy.asarray(at)] = conv[cupy.asarray(cache.window_slots(lanes, j - 1))]
         x, g, beta = gb.conv1d_step_gates(qkv[j::W], dw, conv, at, a[j::W], b[j::W], dal, ddt)
         ref[0][j::W], ref[1][j::W], ref[2][j::W] = x, g, beta
-        ref[3][j::W] = gb.deltanet_step(*split(x), g, beta, rec, at)
-    ref = [host(r) for r in (*ref, conv, rec)]
+        ref[3][j::W] = gb.deltanet_step(*split(x), g, beta, rec, lanes)
+        after.append(host(rec))
+    ref = [host(r) for r in (*ref, conv)]
 
-    # every window row of every stream at once
+    # every window row of every stream at once, then each accepted row kept
     row_lanes = np.repeat(lanes, W)
     conv, rec = cupy.asarray(conv0), cupy.asarray(rec0)
     x, g, beta = gb.conv1d_step_gates(qkv, dw, conv, row_lanes, a, b, dal, ddt, W, stride)
-    o = gb.deltanet_step(*split(x), g, beta, rec, row_lanes, W, stride)
-    got = [host(r) for r in (x, g, beta, o, conv, rec)]
-    for name, u, v in zip(("conv out", "g", "beta", "o", "conv state", "state"), got, ref):
+    o = gb.deltanet_step(*split(x), g, beta, rec, row_lanes, W, stride, cache.logs[0])
+    got = [host(r) for r in (x, g, beta, o, conv)]
+    for name, u, v in zip(("conv out", "g", "beta", "o", "conv state"), got, ref):
         assert np.array_equal(u, v), name
-    assert not np.array_equal(got[5][cache.window_slots(lanes, W - 1)], rec0[cache.window_slots(lanes, W - 1)])
+    assert np.array_equal(host(rec)[lanes], after[0][lanes])  # row 0's state on the lanes' slots
+    live = lanes[lanes >= 0]
+    step = rec.copy()  # kept a row at a time (a stream that may end at any row of its window)
+    for row in range(W):
+        kept = rec.copy()
+        for lane in live:
+            gb.deltanet_keep([kept], [cache.logs[0]], int(lane), 1, row, stride)
+            if row:
+                gb.deltanet_keep([step], [cache.logs[0]], int(lane), row, row, stride)
+        assert np.array_equal(host(kept)[live], after[row][live]), row
+        assert np.array_equal(host(step)[live], after[row][live]), row
 
-    # the numpy twin: the same windows row by row on the host
+    # the numpy twin: the same windows row by row on the host, its own logs and keep
     nconv, nrec = conv0.copy(), rec0.copy()
+    nlogs = tuple(np.zeros(a.shape, np.float32) for a in cache.logs[0])
     nx, ng, nbeta = NB.conv1d_step_gates(y[:, :C], w, nconv, row_lanes, y[:, C:C + hv], y[:, C + hv:C + 2 * hv], al, dt,
                                          W, stride)
     kd = hk * dk
     no = NB.deltanet_step(nx[:, :kd].reshape(n, hk, dk), nx[:, kd:2 * kd].reshape(n, hk, dk),
-                          nx[:, 2 * kd:].reshape(n, hv, dv), ng, nbeta, nrec, row_lanes, W, stride)
-    for u, v, tol in zip(got, (nx, ng, nbeta, no, nconv, nrec), (2e-6, 2e-6, 2e-6, 2e-5, 2e-6, 2e-5)):
+                          nx[:, 2 * kd:].reshape(n, hv, dv), ng, nbeta, nrec, row_lanes, W, stride, nlogs)
+    NB.deltanet_keep([nrec], [nlogs], 3, 1, W - 1, stride)
+    gb.deltanet_keep([rec], [cache.logs[0]], 3, 1, W - 1, stride)
+    tols = (2e-6, 2e-6, 2e-6, 2e-5, 2e-6, 2e-5)
+    for u, v, tol in zip((*got, host(rec)[3]), (nx, ng, nbeta, no, nconv, nrec[3]), tols):
         assert rel(u, v) < tol
 
 

@@ -159,8 +159,8 @@ class Verifier:
         if not seq.snapshot_at_end:
             sched.cache.keep(seq.lane.index, last)
         for i, tok in enumerate(tokens):
-            if seq.snapshot_at_end:
-                sched.cache.keep(seq.lane.index, i)
+            if seq.snapshot_at_end:  # row by row: the lane holds row i - 1's state already
+                sched.cache.keep(seq.lane.index, i, max(i - 1, 0))
             seq.computed = p + i + 1
             sched._append(seq, tok)
             if seq not in sched.active:

@@ -7,11 +7,16 @@ scratch: padding rows carry lane -1), with one checkpoint slot per lane beside t
 step that raises puts every row's state back from there (`checkpoint` / `rollback`). A scheduler
 owns one cache; nothing else holds stream state.
 
-Verify windows (speculative decoding, k drafts): the recurrent arrays hold k + 1 blocks of
-`lanes + 1` slots. Window row j of lane L steps slot `L + j·(lanes + 1)` (row 0: the lane's own),
-starting from the state row j-1 left (the decode ops step a window's rows in order and write each
-row's state to its slot); `keep(lane, row)` makes the accepted row's state the lane's. A padding
-row (lane -1) lands on a block's scratch slot whatever j is.
+Verify windows (speculative decoding, k drafts): the small recurrent arrays (conv rows) hold k + 1
+blocks of `lanes + 1` slots. Window row j of lane L steps slot `L + j·(lanes + 1)` (row 0: the
+lane's own), starting from the state row j-1 left (the decode ops step a window's rows in order and
+write each row's state to its slot). A large one with a log (`state_logs`: the DeltaNet state,
+~3 MB a layer) keeps only the lane's slot: row 0 writes its state there, and rows j >= 1 write
+their update instead, (k̂, δ, e^g) at log slot `L + (j-1)·(lanes + 1)` (`logs`), ~1 % of a
+state. `keep(lane, row)` makes the accepted row's state the lane's: it copies the small arrays'
+slot and replays rows 1..row of the log onto the large ones (`Backend.deltanet_keep`: the step's
+own operations in its order, so the same bits). A padding row (lane -1) lands on a block's scratch
+slot whatever j is.
 
 Context rings (a DFlash2 drafter, `ring`): per lane and drafter layer the keys and values of the
 last `ring_len` positions of the stream's context, slot position % ring_len, fp16 (drafts need no
@@ -113,8 +118,11 @@ class Cache:
 
     def __init__(self, backend: Backend, *, layers: int, pages: int, page_tokens: int, kv_heads: int,
                  head_dim: int, kv_dtype: str, lanes: int, state_shapes: list[tuple[tuple[int, ...], ...]] = (),
-                 draft_tokens: int = 0, ring: tuple[int, int, int, int] | None = None):
-        """draft_tokens: k of the verify windows (0: no drafting); the recurrent slots grow k + 1 times.
+                 state_logs: list[tuple[tuple[int, ...], ...]] = (), draft_tokens: int = 0,
+                 ring: tuple[int, int, int, int] | None = None):
+        """draft_tokens: k of the verify windows (0: no drafting); the recurrent slots grow k + 1 times,
+        but for the last array of a group with `state_logs` (per group: the shapes of a window row's
+        log of it, or () for none), which keeps its lane slots and gains k logs a lane instead.
         ring: (layers, positions, kv heads, head dim) of a drafter's context ring per lane."""
         if kv_dtype not in backend.kv_stores:
             raise PlanError(f"the {backend.name} backend does not store {kv_dtype} K/V "
@@ -128,8 +136,15 @@ class Cache:
         need = layers * 2 * int(np.prod(shape)) * stored.itemsize
         if kv_dtype == "fp8":
             need += layers * 2 * int(np.prod(shape[:3])) * 4
-        # The slots (k + 1 blocks with a scratch slot each), and a checkpoint slot per lane.
-        need += (slots_total + lanes) * sum(4 * int(np.prod(s)) for group in state_shapes for s in group)
+        # The slots (k + 1 blocks with a scratch slot each; a logged array 1 block and k of logs),
+        # and a checkpoint slot per lane.
+        logs = list(state_logs) or [()] * len(state_shapes)
+        self._logged = [bool(lg) for lg in logs]
+        counts = [[lanes + 1 if lg and i == len(group) - 1 else slots_total for i in range(len(group))]
+                  for group, lg in zip(state_shapes, logs)]
+        need += sum((c + lanes) * 4 * int(np.prod(s)) for group, cs in zip(state_shapes, counts)
+                    for s, c in zip(group, cs))
+        need += (lanes + 1) * draft_tokens * sum(4 * int(np.prod(s)) for lg in logs for s in lg)
         need += ring_bytes(lanes, ring)
         free = backend.free_memory()
         if need > free:
@@ -142,11 +157,16 @@ class Cache:
             self.v_scale = [backend.zeros(shape[:3], np.float32) for _ in range(layers)]
             for a in self.k_scale + self.v_scale:
                 a[...] = 1  # the scale of an all-zero head
-        self.state = [tuple(backend.zeros((slots_total, *s), np.float32) for s in group) for group in state_shapes]
+        self.state = [tuple(backend.zeros((c, *s), np.float32) for s, c in zip(group, cs))
+                      for group, cs in zip(state_shapes, counts)]
         self._saved = [tuple(backend.zeros((lanes, *s), np.float32) for s in group) for group in state_shapes]
+        self.logs = [tuple(backend.zeros(((lanes + 1) * draft_tokens, *s), np.float32) for s in lg) if draft_tokens
+                     else () for lg in logs]
         # every layer's arrays in one list each, for copies of slots across all of them at once
         self._slot_arrays = [a for group in self.state for a in group]
         self._saved_arrays = [a for group in self._saved for a in group]
+        self._window_arrays = [a for group, lg in zip(self.state, self._logged)
+                               for a in (group[:-1] if lg else group)]
         ring_layers, self.ring_len, ring_heads, ring_dim = ring or (0, 0, 0, 0)
         self.ring_k = [backend.zeros((lanes, self.ring_len, ring_heads, ring_dim), np.float16)
                        for _ in range(ring_layers)]
@@ -188,7 +208,7 @@ class Cache:
     @property
     def nbytes(self) -> int:
         rings = self.ring_k + self.ring_v + [self.ring_pos]
-        return sum(a.nbytes for g in self._kv_arrays() + self.state + self._saved + [rings] for a in g)
+        return sum(a.nbytes for g in self._kv_arrays() + self.state + self._saved + self.logs + [rings] for a in g)
 
     # --- per-lane state -------------------------------------------------------------------
     def reset(self, lane: int) -> None:
@@ -218,12 +238,19 @@ class Cache:
             raise ValueError(f"window row {row} is outside 0..{self.draft_tokens}")
         return lanes + row * self.window_stride
 
-    def keep(self, lane: int, row: int) -> None:
-        """The state after window row `row` becomes the lane's (the rows after it were rejected)."""
-        if row == 0:
+    def keep(self, lane: int, row: int, held: int = 0) -> None:
+        """The state after window row `row` becomes the lane's (the rows after it were rejected); `held`:
+        the lane holds window row `held`'s already (an earlier keep of this window), so only the rows
+        after it are replayed."""
+        if row <= held:
             return
-        flat = self._slot_arrays
-        self._b.copy_slots(flat, flat, [int(self.window_slots(lane, row))], [lane])
+        flat = self._window_arrays
+        if flat:
+            self._b.copy_slots(flat, flat, [int(self.window_slots(lane, row))], [lane])
+        logged = [(g[-1], lg) for g, lg, on in zip(self.state, self.logs, self._logged) if on]
+        if logged:
+            self._b.deltanet_keep([s for s, _ in logged], [lg for _, lg in logged], lane, held + 1, row,
+                                  self.window_stride)
 
     def checkpoint(self, lanes: list[int]) -> None:
         """Copy these lanes' recurrent slots aside, on the device (before a batched step)."""
@@ -237,7 +264,7 @@ class Cache:
     @property
     def state_bytes(self) -> int:
         """Bytes of the recurrent slots and their checkpoints (what the plan's state_bytes counts)."""
-        return sum(a.nbytes for g in self.state + self._saved for a in g)
+        return sum(a.nbytes for g in self.state + self._saved + self.logs for a in g)
 
     @property
     def stateful(self) -> bool:

@@ -80,10 +80,14 @@ class Llama:
         return Cache(backend, layers=len(c.attention_layers) + plan.draft_layers, pages=plan.pages_total + 1,
                      page_tokens=plan.page_tokens, kv_heads=c.kv_heads, head_dim=c.head_dim,
                      kv_dtype=kv_store or plan.kv_dtype, lanes=plan.parallel, state_shapes=self.state_shapes(),
-                     draft_tokens=plan.draft_tokens, ring=plan.draft_ring)
+                     state_logs=self.state_logs(), draft_tokens=plan.draft_tokens, ring=plan.draft_ring)
 
     def state_shapes(self) -> list[tuple[tuple[int, ...], ...]]:
         """Per recurrent layer, the shapes of its per-lane arrays: none in a pure transformer."""
+        return []
+
+    def state_logs(self) -> list[tuple[tuple[int, ...], ...]]:
+        """Per recurrent layer, the shapes of a verify-window row's log of its last array (`Cache`)."""
         return []
 
     # --- forward ---------------------------------------------------------------------------

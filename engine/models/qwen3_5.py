@@ -126,6 +126,11 @@ class Qwen3_5(Qwen3):
         return [((c.conv_channels, c.conv_kernel - 1), (c.lin_v_heads, c.lin_k_dim, c.lin_v_dim))
                 for _ in self.lin_index]
 
+    def state_logs(self) -> list[tuple[tuple[int, ...], ...]]:
+        """Per linear layer, a verify-window row's log of the DeltaNet state: k̂ [Hv, Dk], δ [Hv, Dv], e^g [Hv]."""
+        c = self.cfg
+        return [((c.lin_v_heads, c.lin_k_dim), (c.lin_v_heads, c.lin_v_dim), (c.lin_v_heads,)) for _ in self.lin_index]
+
     # --- forward ---------------------------------------------------------------------------
     def mixer(self, i: int, layer: dict, h, rows: Rows, cache: Cache):
         if i in self.lin_index:
@@ -164,7 +169,7 @@ class Qwen3_5(Qwen3):
         if rows.prompt:
             o = b.deltanet_prompt(q, k, v, g, beta, rec, int(rows.lanes[0]), DELTANET_CHUNK)
         else:
-            o = b.deltanet_step(q, k, v, g, beta, rec, rows.lanes, W, stride)
+            o = b.deltanet_step(q, k, v, g, beta, rec, rows.lanes, W, stride, cache.logs[li])
         o = b.gated_rmsnorm(o, z.reshape(n, Hv, Dv), layer["gnorm"], c.rms_eps)
         return b.linear(o.reshape(n, vd), layer["out"], rows.pad_to, rows.fp16)
 

@@ -161,8 +161,9 @@ class Backend(Protocol):
 
     # --- hybrid: Gated DeltaNet and MoE (recurrent state updated in place at `lane(s)`) -------
     # Decode steps take `window`, `stride`: rows in verify windows of `window` rows per stream
-    # (`Rows.window`); window row j steps slot lane + j·stride (`Cache.window_slots`, stride
-    # `Cache.window_stride`) from the state row j-1 left, exactly as a one-row step from a copy of it.
+    # (`Rows.window`); window row j steps from the state row j-1 left, exactly as a one-row step from
+    # a copy of it, and writes slot lane + j·stride (`Cache.window_slots`, stride `Cache.window_stride`)
+    # or, for the DeltaNet state, its log (`Cache.logs`; row 0 the lane's slot); `deltanet_keep` replays.
     def conv1d_prompt(self, x: Array, w: Array, conv_state: Array, lane: int) -> Array: ...
 
     def conv1d_step(self, x: Array, w: Array, conv_state: Array, lanes: Array, window: int = 1,
@@ -175,7 +176,10 @@ class Backend(Protocol):
     def deltanet_gates(self, a: Array, b: Array, a_log: Array, dt_bias: Array) -> tuple[Array, Array]: ...
 
     def deltanet_step(self, q: Array, k: Array, v: Array, g: Array, beta: Array, state: Array,
-                      lanes: Array, window: int = 1, stride: int = 0) -> Array: ...
+                      lanes: Array, window: int = 1, stride: int = 0, logs: tuple = ()) -> Array: ...
+
+    def deltanet_keep(self, states: list, logs: list[tuple], lane: int, first: int, last: int,
+                      stride: int) -> None: ...
 
     def deltanet_prompt(self, q: Array, k: Array, v: Array, g: Array, beta: Array, state: Array, lane: int,
                         chunk: int = 64) -> Array: ...

@@ -109,6 +109,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         self.graphs = True  # decode steps replay captured graphs (False: every step eagerly)
         self._landing: DeviceLanding | None = None
         self._slot_tables: dict[tuple, tuple] = {}  # copy_slots' device address tables
+        self._keep_tables: dict[tuple, tuple] = {}  # deltanet_keep's
         self._chosen = None  # (logits, (params, positions), tokens, mode) a graph's step already chose
 
     def _use(self) -> None:

@@ -32,9 +32,11 @@ from .cupy_weights import ExpertWeight, QExperts
 
 
 class Qwen35Ops:
-    """Mixed into CupyBackend, which provides these two helpers."""
+    """Mixed into CupyBackend, which provides these helpers."""
     _m: Callable[[Any], Any]  # a lazy value materialised, anything else as it is
     _dev_i32: Callable[[Any], Any]  # row metadata (host or device ints) as a device int32 array
+    _use: Callable[[], None]  # the backend's stream made current
+    _keep_tables: dict[tuple, tuple]  # deltanet_keep's device address tables
 
     # --- helpers ------------------------------------------------------------------------------
     def _q_rows(self, x, ndim: int):
@@ -109,19 +111,39 @@ class Qwen35Ops:
         v, ldv = self._q_rows(v, 3)
         return (q, ldq, k, ldk, v, ldv), cupy.empty((len(q), v.shape[1], v.shape[2]), cupy.float32)
 
-    def _scan(self, q, k, v, g, beta, state, lanes_dev, nseq: int, T: int, stride: int = 0):
+    def _scan(self, q, k, v, g, beta, state, lanes_dev, nseq: int, T: int, stride: int = 0, logs: tuple = ()):
         (q, ldq, k, ldk, v, ldv), out = self._qkv(q, k, v)
         n, Hk, DK = q.shape
         Hv, Dv = v.shape[1], v.shape[2]
         if n:
             KQ.deltanet_scan(q, ldq, k, ldk, v, ldv, self._q_f32(g), self._q_f32(beta), state, lanes_dev,
-                             state.shape[0], out, nseq, T, stride, Hk, Hv, DK, Dv, float(np.float32(DK ** -0.5)))
+                             state.shape[0], out, nseq, T, stride, Hk, Hv, DK, Dv, float(np.float32(DK ** -0.5)),
+                             logs)
         return out
 
-    def deltanet_step(self, q, k, v, g, beta, state, lanes, window: int = 1, stride: int = 0):
+    def deltanet_step(self, q, k, v, g, beta, state, lanes, window: int = 1, stride: int = 0, logs: tuple = ()):
         """One launch for every window: a block steps its stream's rows in order, the state in registers."""
         return self._scan(q, k, v, g, beta, state, self._dev_i32(lanes), len(q) // window, window,
-                          stride if window > 1 else 0)
+                          stride if window > 1 else 0, logs)
+
+    def deltanet_keep(self, states: list, logs: list[tuple], lane: int, first: int, last: int, stride: int) -> None:
+        """Every layer's replay in one launch (kernels/deltanet.cu `deltanet_keep`); the address tables
+        are uploaded once per set of arrays."""
+        self._use()
+        if first < 1:
+            raise ValueError(f"window row {first}: row 0's state is the lane's already (rows 1.. are logged)")
+        if not states or last < first:
+            return
+        key = tuple(a.data.ptr for a in states) + tuple(a.data.ptr for lg in logs for a in lg)
+        tables = self._keep_tables.get(key)
+        if tables is None:
+            cols = [states] + [[lg[i] for lg in logs] for i in range(3)]
+            tables = tuple(cupy.asarray(np.array([a.data.ptr for a in c], np.uint64)) for c in cols)
+            if len(self._keep_tables) > 8:
+                self._keep_tables.clear()
+            self._keep_tables[key] = tables
+        _, Hv, DK, Dv = states[0].shape
+        KQ.deltanet_keep(tables, lane, first, last, stride, len(states), Hv, DK, Dv)
 
     def deltanet_prompt(self, q, k, v, g, beta, state, lane: int, chunk: int = 64):
         """The chunked form (three launches, chunks in parallel but for the state's pass); key head dims

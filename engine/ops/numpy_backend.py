@@ -312,26 +312,51 @@ class NumpyBackend:
         return q, k
 
     def deltanet_step(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
-                      state: np.ndarray, lanes: np.ndarray, window: int = 1, stride: int = 0) -> np.ndarray:
+                      state: np.ndarray, lanes: np.ndarray, window: int = 1, stride: int = 0,
+                      logs: tuple = ()) -> np.ndarray:
         """The Gated DeltaNet recurrence for one token per row (decode rows).
 
         q, k [n, Hk, Dk] raw (post-conv; l2-normalised and q scaled by Dk^-½ here), v [n, Hv, Dv],
-        g, beta [n, Hv]; state [slots, Hv, Dk, Dv] fp32 updated in place at `lanes` [n] (window > 1:
-        at their window slots, as `conv1d_step`).
+        g, beta [n, Hv]; state [slots, Hv, Dk, Dv] fp32 updated in place at `lanes` [n]. In a verify
+        window (window > 1) row 0 writes its state there and row j >= 1, which steps from row j-1's,
+        writes its update to `logs` (k̂ [.., Hv, Dk], δ [.., Hv, Dv], e^g [.., Hv]) at log slot
+        lane + (j-1)·stride (`Cache` docstring; `deltanet_keep` replays them).
         Per value head: S ← e^g·S; δ = β(v − Sᵀk); S ← S + k δᵀ; o = Sᵀq. Returns o [n, Hv, Dv].
         """
         n, hv, dv = v.shape
         qn, kn = self._qk_prepare(q, k, hv)
         out = np.empty((n, hv, dv), np.float32)
+        S = None
         for i in range(n):
-            src, dst = self._step_slots(lanes, i, window, stride)
-            S = state[src] * np.exp(g[i])[:, None, None]
+            j, lane = i % window, int(lanes[i])
+            dec = np.exp(g[i])
+            S = (state[lane] if j == 0 else S) * dec[:, None, None]
             m = np.einsum("hkv,hk->hv", S, kn[i])
             delta = beta[i][:, None] * (v[i].astype(np.float32) - m)
             S = S + kn[i][:, :, None] * delta[:, None, :]
             out[i] = np.einsum("hkv,hk->hv", S, qn[i])
-            state[dst] = S
+            if j == 0:
+                state[lane] = S
+            else:
+                at = (lane if lane >= 0 else len(state) - 1) + (j - 1) * stride
+                logs[0][at], logs[1][at], logs[2][at] = kn[i], delta, dec
         return out
+
+    def deltanet_keep(self, states: list, logs: list[tuple], lane: int, first: int, last: int,
+                      stride: int) -> None:
+        """Window rows first..last (>= 1) of each layer's log applied to its lane slot, which holds row
+        first - 1's state, with `deltanet_step`'s operations: the state after row `last`, the same bits."""
+        if first < 1:
+            raise ValueError(f"window row {first}: row 0's state is the lane's already (rows 1.. are logged)")
+        if last < first:
+            return
+        for state, (kl, dl, gl) in zip(states, logs):
+            S = state[lane]
+            for j in range(first, last + 1):
+                at = lane + (j - 1) * stride
+                S = S * gl[at][:, None, None]
+                S = S + kl[at][:, :, None] * dl[at][:, None, :]
+            state[lane] = S
 
     def deltanet_prompt(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
                         state: np.ndarray, lane: int, chunk: int = 64) -> np.ndarray:
