@@ -285,16 +285,14 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
 }
 
 // A verify window's accepted rows first..last replayed onto each layer's lane slot (which holds row
-// first - 1's state): per element, the scan's
-// own operations in its order (S ← e^g·S, then S ← S + k̂·δ as one fma), so the state has the bits T
-// one-row steps leave. states, klogs, dlogs, glogs: per layer the arrays' addresses (Cache.logs);
+// first - 1's state): per element, the scan's own operations in its order (S ← e^g·S, then
+// S ← S + k̂·δ as one fma), so the state has the bits T one-row steps leave. states, klogs, dlogs, glogs: per layer the arrays' addresses (Cache.logs);
 // the log of row t at slot + (t-1)·stride. grid = (layers, Hv, ceil(DK·Dv / 256)), block = 256.
 extern "C" __global__ void deltanet_keep(const unsigned long long* __restrict__ states,
                                          const unsigned long long* __restrict__ klogs,
                                          const unsigned long long* __restrict__ dlogs,
                                          const unsigned long long* __restrict__ glogs, int slot, int first, int last,
-                                         int stride,
-                                         int Hv, int DK, int Dv) {
+                                         int stride, int Hv, int DK, int Dv) {
   PDL_ENTRY;
   const int layer = blockIdx.x, h = blockIdx.y, e = blockIdx.z * 256 + threadIdx.x;
   if (e >= DK * Dv) return;

@@ -167,6 +167,8 @@ class Cache:
         self._saved_arrays = [a for group in self._saved for a in group]
         self._window_arrays = [a for group, lg in zip(self.state, self._logged)
                                for a in (group[:-1] if lg else group)]
+        self._logged_states = [g[-1] for g, on in zip(self.state, self._logged) if on]  # what keep replays
+        self._logged_logs = [lg for lg, on in zip(self.logs, self._logged) if on]
         ring_layers, self.ring_len, ring_heads, ring_dim = ring or (0, 0, 0, 0)
         self.ring_k = [backend.zeros((lanes, self.ring_len, ring_heads, ring_dim), np.float16)
                        for _ in range(ring_layers)]
@@ -247,10 +249,8 @@ class Cache:
         flat = self._window_arrays
         if flat:
             self._b.copy_slots(flat, flat, [int(self.window_slots(lane, row))], [lane])
-        logged = [(g[-1], lg) for g, lg, on in zip(self.state, self.logs, self._logged) if on]
-        if logged:
-            self._b.deltanet_keep([s for s, _ in logged], [lg for _, lg in logged], lane, held + 1, row,
-                                  self.window_stride)
+        if self._logged_states:
+            self._b.deltanet_keep(self._logged_states, self._logged_logs, lane, held + 1, row, self.window_stride)
 
     def checkpoint(self, lanes: list[int]) -> None:
         """Copy these lanes' recurrent slots aside, on the device (before a batched step)."""
