@@ -383,12 +383,7 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   const int gcnt = min(GROUP, nvalid - grp * GROUP), done = last - first;
   const int gmax = (nch + GROUP - 1) / GROUP;
   int* cnt = counters + ((i64)row * KH + kh) * (gmax + 1);
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) flag_s = atomicAdd(cnt + 1 + grp, done) == gcnt - done;
-  __syncthreads();
-  if (!flag_s) return;
-  __threadfence();
+  if (!arrive_last(cnt + 1 + grp, done, gcnt - done, &flag_s)) return;
   for (int g = warp; g < G; g += 8) {
     const i64 hrow = (i64)row * H + kh * G + g;
     merge_partials(part + (hrow * nch + grp * GROUP) * PD, gcnt, PD, D, gpart + (hrow * gmax + grp) * PD,
@@ -396,12 +391,7 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   }
   if (tid == 0) cnt[1 + grp] = 0;
   if (ng == 1) return;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) flag_s = atomicAdd(cnt, 1) == ng - 1;
-  __syncthreads();
-  if (!flag_s) return;
-  __threadfence();
+  if (!arrive_last(cnt, 1, ng - 1, &flag_s)) return;
   for (int g = warp; g < G; g += 8) {
     const i64 hrow = (i64)row * H + kh * G + g;
     merge_partials(gpart + hrow * gmax * PD, ng, PD, D, nullptr, out + hrow * D, lane);

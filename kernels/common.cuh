@@ -101,6 +101,23 @@ DEV void cp_async_commit_wait_all() {
   cp_async_wait<0>();
 }
 
+// Arrival at a reduction across blocks: `add` to *counter; true in every thread of the block that
+// brings it to `last_at` + add. The barrier orders the block's writes before thread 0's fence, which
+// releases them all (fences are cumulative; CUTLASS's split-K semaphore does the same), and the last
+// block's thread 0 fences again after its atomic, so the barrier after it lets every thread read the
+// other blocks' writes (through L2: __ldcg). One fence a block, not one a thread.
+DEV bool arrive_last(int* counter, int add, int last_at, int* flag) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const bool last = atomicAdd(counter, add) == last_at;
+    if (last) __threadfence();
+    *flag = last;
+  }
+  __syncthreads();
+  return *flag;
+}
+
 // Four 8x8 b16 matrices from shared memory (lane i gives the address of row i % 8 of matrix i / 8);
 // .trans hands each thread columns instead of rows.
 DEV void ldsm4(u32* r, const void* p) {

@@ -437,12 +437,7 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
       }
   }
   if (XM == 2 && tid < R) sspart[(((i64)z * MB + mb) * P + p) * R + tid] = ss_s[tid];
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) last_s = atomicAdd(counters + (i64)z * MB + mb, 1) == P - 1;
-  __syncthreads();
-  if (!last_s) return;
-  __threadfence();
+  if (!arrive_last(counters + (i64)z * MB + mb, 1, P - 1, &last_s)) return;
   // the last block of these 128 rows: segments added in order, their loads in flight 8 at a time
   for (int e = tid; e < 128 * nr; e += 256) {
     const int n = e >> 7, m = mb * 128 + (e & 127);
