@@ -304,6 +304,16 @@ def test_router_gate_keeps_router_segments(E, H):
     assert qmv_split(E + 1, H) == qmv_split(E, H)
 
 
+def test_route_slots_fit_a_launch_without_an_opt_in():
+    """moe_route_slots' probabilities (n·E floats of dynamic shared memory) with its three static slot
+    arrays of 1,024 ints stay within the 48 KB a launch has without an opt-in."""
+    from kernels.launch_qwen3_5 import route_slots_fit
+    for E in (8, 64, 256, 512, 1024):
+        for n in range(1, 40):
+            assert not route_slots_fit(n, E) or n * E * 4 + 3 * 1024 * 4 <= 48 * 1024
+    assert route_slots_fit(32, 256) and route_slots_fit(8, 1024) and not route_slots_fit(24, 512)
+
+
 def test_moe_loads_router_and_gate_as_one_and_the_shared_expert_as_expert_e():
     layer = runner("synthetic:tiny-qwen3.5-moe").model.layers[0]
     E = runner("synthetic:tiny-qwen3.5-moe").loaded.config.experts
@@ -311,6 +321,19 @@ def test_moe_loads_router_and_gate_as_one_and_the_shared_expert_as_expert_e():
     assert layer["router_gate"].shape[0] == E + 1
     assert layer["shared_routed"] and "shared" not in layer
     assert layer["experts_gate_up"].shape[0] == layer["experts_down"].shape[0] == E + 1
+
+
+def test_a_shared_gate_apart_from_the_router_still_weighs_the_stacked_shared_expert():
+    """Router and shared-expert gate as two products (formats that do not fuse) with the shared expert
+    stacked as expert E: the gate's logit still adds choice E, as the fused router_gate's does."""
+    r = runner("synthetic:tiny-qwen3.5-moe")
+    layer, E = r.model.layers[0], r.loaded.config.experts
+    apart = {k: v for k, v in layer.items() if k != "router_gate"}
+    apart["router"], apart["shared_gate"] = layer["router_gate"][:E], layer["router_gate"][E:]
+    h = np.random.default_rng(3).normal(size=(3, layer["router_gate"].shape[1])).astype(np.float32)
+    rows = Rows(np.zeros(3, np.int32), np.arange(3), np.zeros((3, 1), np.int32), np.arange(3), False)
+    fused = r.model.mlp(layer, h, rows)  # the gate's own product may round its logit 1 ulp apart
+    assert np.allclose(r.model.mlp(apart, h, rows), fused, rtol=0, atol=1e-5 * np.abs(fused).max())
 
 
 # --- the model -----------------------------------------------------------------------------------

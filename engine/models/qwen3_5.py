@@ -191,7 +191,7 @@ class Qwen3_5(Qwen3):
             logits, gate = y[:, :E], y[:, E:]
         else:
             logits = b.linear(h, layer["router"], rows.pad_to, rows.fp16)
-            if "shared" in layer:
+            if "shared_gate" in layer:  # the shared MLP's gate, or choice E's where the expert is stacked
                 gate = b.linear(h, layer["shared_gate"], rows.pad_to, rows.fp16)
         if layer.get("shared_routed"):  # expert E, one more choice of every row, its gate in the routing
             experts, weights = b.moe_route(logits, self.cfg.top_k, gate)
