@@ -25,17 +25,52 @@ DEV void route_row(const float* __restrict__ x, int E, int k, const float* __res
   for (int e = lane; e < E; e += 32) p_s[e] = __fdiv_rn(p_s[e], sum);
   int mine = -1;       // lane j keeps the j-th choice
   float mine_p = 0.0f;
-  u32 taken = 0u;      // bit m: this lane's expert lane + 32·m is chosen already
-  for (int j = 0; j < k; ++j) {
-    float bv = -1.0f;
-    int bi = 0x7fffffff;
-    for (int e = lane, bit = 0; e < E; e += 32, ++bit) {
-      const float p = p_s[e];
-      if (!((taken >> bit) & 1u) && argmax_beats(p, e, bv, bi)) { bv = p; bi = e; }
+  if (E <= 256) {  // the lane's 8 candidates sorted in registers; a round takes the warp's best head
+    float v[8];
+    int id[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int e = lane + 32 * i;
+      v[i] = e < E ? p_s[e] : -1.0f;
+      id[i] = e < E ? e : 0x7fffffff;
     }
-    warp_argmax(bv, bi);
-    if (lane == j) { mine = bi; mine_p = bv; }
-    if (bi % 32 == lane) taken |= 1u << (bi / 32);
+    constexpr int NET[19][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}, {0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 1}, {2, 3},
+                                {4, 5}, {6, 7}, {2, 4}, {3, 5}, {1, 4}, {3, 6}, {1, 2}, {3, 4}, {5, 6}};
+#pragma unroll
+    for (int c = 0; c < 19; ++c) {  // a sorting network: the argmax order, best first
+      const int a = NET[c][0], b = NET[c][1];
+      if (argmax_beats(v[b], id[b], v[a], id[a])) {
+        const float tv = v[a]; v[a] = v[b]; v[b] = tv;
+        const int ti = id[a]; id[a] = id[b]; id[b] = ti;
+      }
+    }
+    for (int j = 0; j < k; ++j) {
+      // probabilities are >= 0, so their bits order like them: the best is the largest key, and of
+      // equal keys the lowest expert (a lane without candidates offers key 0 and no expert)
+      const u32 key = id[0] == 0x7fffffff ? 0u : __float_as_uint(v[0]);
+      const u32 best = __reduce_max_sync(FULL_MASK, key);
+      const int bi = (int)__reduce_min_sync(FULL_MASK, key == best ? (u32)id[0] : 0x7fffffffu);
+      if (lane == j) { mine = bi; mine_p = __uint_as_float(best); }
+      if (id[0] == bi) {
+#pragma unroll
+        for (int i = 0; i < 7; ++i) { v[i] = v[i + 1]; id[i] = id[i + 1]; }
+        v[7] = -1.0f;
+        id[7] = 0x7fffffff;
+      }
+    }
+  } else {
+    u32 taken = 0u;  // bit m: this lane's expert lane + 32·m is chosen already
+    for (int j = 0; j < k; ++j) {
+      float bv = -1.0f;
+      int bi = 0x7fffffff;
+      for (int e = lane, bit = 0; e < E; e += 32, ++bit) {
+        const float p = p_s[e];
+        if (!((taken >> bit) & 1u) && argmax_beats(p, e, bv, bi)) { bv = p; bi = e; }
+      }
+      warp_argmax(bv, bi);
+      if (lane == j) { mine = bi; mine_p = bv; }
+      if (bi % 32 == lane) taken |= 1u << (bi / 32);
+    }
   }
   float tot = 0.0f;  // in choice order, like numpy's sum over the k
   for (int t = 0; t < k; ++t) tot = __fadd_rn(tot, __shfl_sync(FULL_MASK, mine_p, t));

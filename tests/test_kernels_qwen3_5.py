@@ -313,7 +313,7 @@ def test_gated_rmsnorm(gb):
 
 
 # --- MoE -------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("E,k", [(8, 2), (256, 8), (60, 4)])
+@pytest.mark.parametrize("E,k", [(8, 2), (256, 8), (60, 4), (300, 8)])
 def test_moe_route(gb, E, k):
     rng = np.random.default_rng(E)
     logits = rng.normal(size=(33, E)).astype(np.float32)
