@@ -397,7 +397,7 @@ def test_moe_experts(gb, fmt, E, H, I, k, n, prompt):
 @pytest.mark.parametrize("prompt", [False, True])
 def test_moe_experts_stage_a_pending_rmsnorm(gb, bits, prompt):
     """Decode rows: the experts' gate_up stages the layer's pending RMSNorm from h = x + res (qmv's
-    mode 2: h·w in, the product divided by h's rms over its K segments); a prompt chunk's rows are
+    mode 2: h·w in, the product divided by h's rms over K); a prompt chunk's rows are
     normed first. Both close to numpy's products of the normed rows, each row's bits its own alone
     or in any company."""
     rng = np.random.default_rng(13 + bits)

@@ -8,9 +8,8 @@ chunked form like numpy (kernels/deltanet_chunk.cu, the same 64-row chunks; the 
 the kernels' own summation orders; scratch of O(T·Hv·(Dk + Dv + 64)) floats a call from CuPy's pool;
 a key head dim it has no kernel for, or another chunk size, takes the recurrent deltanet_scan);
 decode rows and verify windows run the recurrent form, as numpy's step; expert
-products accumulate in qmv's order, a prompt chunk's over K in one segment, decode rows' in
-qmv_split's segments (numpy sums a prompt's experts in expert order). Every row has the same
-arithmetic whatever the batch, as everywhere.
+products accumulate in qmv's order over K in one segment (numpy sums a prompt's experts in expert
+order). Every row has the same arithmetic whatever the batch, as everywhere.
 """
 from __future__ import annotations
 
@@ -196,7 +195,7 @@ class Qwen35Ops:
         n, k = experts.shape
         if isinstance(w, QExperts):
             KQ.qmv_experts(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, w.Mp, slots, k, x, ldx, xj, y,
-                           xm=xm, x2=x2, ldx2=ldx2, split=not prompt, nw=nw, eps=eps)
+                           xm=xm, x2=x2, ldx2=ldx2, nw=nw, eps=eps)
             return
         if xm == 1:
             act = cupy.empty((n * k, x2.shape[1]), cupy.float32)
