@@ -10,6 +10,7 @@ import argparse
 import io
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Callable
@@ -100,6 +101,14 @@ def text_arg(text: str) -> str:
     except UnicodeEncodeError as e:
         raise argparse.ArgumentTypeError(f"is not UTF-8 text (byte 0x{ord(text[e.start]) & 0xFF:02x} at "
                                          f"character {e.start})") from None
+    return text
+
+
+def regex_arg(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"is not a regular expression ({e}): {text!r}") from None
     return text
 
 
@@ -341,6 +350,9 @@ def parser() -> argparse.ArgumentParser:
                         "one verify window (with --drafter) and one prompt chunk (GPU)")
     b.add_argument("--no-pdl", action="store_true",
                    help="graphs without programmatic dependent launches (GPU; the A/B of kernels/pdl.py)")
+    b.add_argument("--double", type=regex_arg, metavar="REGEX",
+                   help="launch the decode graphs' kernels whose names match REGEX twice: the step's growth is "
+                        "their cost on its critical path (GPU; kernels whose second run repeats the first)")
     b.add_argument("--prompt-gemm", choices=("auto", "qgemm", "cublas"), default="auto",
                    help="fp16 prompt products (GPU): the device's choice, qgemm, or cuBLAS over a dequantized copy")
     b.set_defaults(fn=cmd_bench)

@@ -34,7 +34,7 @@ import numpy as np
 
 from .bench_prefill import gemm_rate, interleave_cells, interleave_names, mfu_note
 from .bench_profile import PROFILE_POSITION, format_profile, profile_chunk, profile_step
-from .errors import PlanError
+from .errors import PlanError, RequestError
 from .settings import EngineSettings, SamplingParams
 
 if TYPE_CHECKING:
@@ -359,6 +359,12 @@ def main(a) -> int:
         use_pdl(False)
     runner = build_runner(a, s, log)
     b, cfg = runner.backend, runner.loaded.config
+    if getattr(a, "double", None):
+        if b.name != "cupy":
+            raise RequestError("--double doubles launches in decode graphs: it needs the GPU backend")
+        from kernels import double_launches
+        double_launches(a.double)
+        print(f"bench: the decode graphs launch every kernel matching {a.double!r} twice")
     if getattr(a, "prompt_gemm", "auto") != "auto" and b.name == "cupy":
         b.prompt_gemm = a.prompt_gemm
     sched = ready_scheduler(runner, s)

@@ -94,6 +94,18 @@ def timing():
         _timer = outer
 
 
+_doubled: re.Pattern | None = None
+
+
+def double_launches(pattern: str | None) -> None:
+    """Launch every captured kernel whose name matches `pattern` (a regular expression) twice, or each
+    once again (None): the bench's measure of a kernel class's cost on a decode graph's critical path
+    (`bench --double`). Only for kernels whose second run repeats the first (not the DeltaNet's
+    conv and scan, which step their states)."""
+    global _doubled
+    _doubled = re.compile(pattern) if pattern else None
+
+
 class _Kernel:
     """One compiled kernel. Under `timing()` each launch is bracketed by events; with
     LANECHAT_KERNEL_SYNC=1 (debug) it synchronises after each launch and names itself in the error;
@@ -133,11 +145,13 @@ class _Kernel:
                 raise RuntimeError(f"kernel {self.name} grid={grid} block={block}: {e}") from e
 
     def _captured(self, grid, block, args, s, shared_mem: int = 0) -> None:
-        """A launch into a graph: programmatic (kernels.pdl) where the driver has it."""
-        if pdl.enabled():
-            pdl.launch(self.kernel.kernel.ptr, grid, block, args, shared_mem, s.ptr)
-        else:
-            self.kernel(grid, block, args, shared_mem=shared_mem)
+        """A launch into a graph: programmatic (kernels.pdl) where the driver has it; twice where
+        `double_launches` names this kernel."""
+        for _ in range(2 if _doubled is not None and _doubled.search(self.name) else 1):
+            if pdl.enabled():
+                pdl.launch(self.kernel.kernel.ptr, grid, block, args, shared_mem, s.ptr)
+            else:
+                self.kernel(grid, block, args, shared_mem=shared_mem)
 
 
 @lru_cache(maxsize=None)

@@ -91,6 +91,19 @@ def test_cli_wiring(capsys):
     assert np.isfinite(float(out.split("1 stream, greedy\t")[1].split("\t")[0].replace(",", "")))
 
 
+def test_double_is_checked_and_needs_the_gpu(capsys):
+    """`--double`: a pattern that is no regular expression is refused by its type; on the numpy
+    backend (no decode graphs) the bench refuses it in one line."""
+    from engine.__main__ import main
+    args = ["bench", "--synthetic", "tiny-qwen3", "--backend", "numpy", "--parallel", "1", "--context", "256",
+            "--prompt-lengths", "40", "--streams", "1", "--decode-tokens", "3"]
+    assert main(args + ["--double", "qmv<("]) == 2
+    assert "argument --double: is not a regular expression" in capsys.readouterr().err
+    assert main(args + ["--double", "moe_route"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == "error: --double doubles launches in decode graphs: it needs the GPU backend"
+
+
 def test_moe_steps_count_only_the_experts_rows_can_reach():
     model = build(synthetic("tiny-qwen3.5-moe"), NumpyBackend())
     experts = sum(v.nbytes for layer in model.layers for k, v in layer.items() if k.startswith("experts"))

@@ -79,6 +79,27 @@ def test_the_switch_returns_what_it_replaced():
         pdl.use_pdl(old)
 
 
+def test_double_launches_repeats_the_captured_launches_it_names():
+    """`bench --double`: a captured launch of a kernel the pattern names is made twice, others once,
+    and None restores single launches."""
+    calls = []
+    kernel = lambda grid, block, args, shared_mem=0: calls.append(args)  # noqa: E731
+    a = kernels._Kernel(kernel, "moe_route_slots", False)
+    b = kernels._Kernel(kernel, "qmv<4, 2, 0, 2, 1, 0, 2>", False)
+    old = pdl.use_pdl(False)
+    try:
+        kernels.double_launches("route|^qmv<8")
+        a._captured((1,), (32,), ("a",), None)
+        b._captured((1,), (32,), ("b",), None)
+        assert calls == [("a",), ("a",), ("b",)]
+        kernels.double_launches(None)
+        a._captured((1,), (32,), ("a",), None)
+        assert calls[3:] == [("a",)]
+    finally:
+        kernels.double_launches(None)
+        pdl.use_pdl(old)
+
+
 OK, WHY = cuda_available()
 
 
