@@ -357,14 +357,14 @@ def main(a) -> int:
     if getattr(a, "no_pdl", False):
         from kernels.pdl import use_pdl
         use_pdl(False)
-    runner = build_runner(a, s, log)
-    b, cfg = runner.backend, runner.loaded.config
-    if getattr(a, "double", None):
-        if b.name != "cupy":
+    if getattr(a, "double", None):  # refused before the model is built where no GPU backend will run
+        from .ops import cuda_available
+        if a.backend == "numpy" or a.backend == "auto" and not cuda_available()[0]:
             raise RequestError("--double doubles launches in decode graphs: it needs the GPU backend")
         from kernels import double_launches
         double_launches(a.double)
-        print(f"bench: the decode graphs launch every kernel matching {a.double!r} twice")
+    runner = build_runner(a, s, log)
+    b, cfg = runner.backend, runner.loaded.config
     if getattr(a, "prompt_gemm", "auto") != "auto" and b.name == "cupy":
         b.prompt_gemm = a.prompt_gemm
     sched = ready_scheduler(runner, s)
@@ -375,6 +375,8 @@ def main(a) -> int:
     print(f"bench: {runner.loaded.name} on {b.name} ({b.device}), {s.kv_dtype} KV, parallel {s.parallel}, "
           f"context {s.context}, prefill chunk {s.prefill_chunk} ({s.prefill_precision}{gemm})")
     print(sched.plan.line)
+    if getattr(a, "double", None):
+        print(f"bench: the decode graphs launch every kernel matching {a.double!r} twice")
     rate, rate_what = gemm_rate(b)
     if cfg.state_bytes_per_stream():
         print(f"DeltaNet state read + written per stream and step: {step_state_bytes(cfg, 1) / GB:.3f} GB")
