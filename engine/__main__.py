@@ -353,6 +353,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--double", type=regex_arg, metavar="REGEX",
                    help="launch the decode graphs' kernels whose names match REGEX twice: the step's growth is "
                         "their cost on its critical path (GPU; kernels whose second run repeats the first)")
+    b.add_argument("--trace", action="store_true",
+                   help="each decode graph's launches by their time on its critical path, from stamps the "
+                        "kernels write as their waits return (GPU; kernels/trace.py)")
     b.add_argument("--prompt-gemm", choices=("auto", "qgemm", "cublas"), default="auto",
                    help="fp16 prompt products (GPU): the device's choice, qgemm, or cuBLAS over a dequantized copy")
     b.set_defaults(fn=cmd_bench)

@@ -357,12 +357,15 @@ def main(a) -> int:
     if getattr(a, "no_pdl", False):
         from kernels.pdl import use_pdl
         use_pdl(False)
-    if getattr(a, "double", None):  # refused before the model is built where no GPU backend will run
+    if getattr(a, "double", None) or getattr(a, "trace", False):  # refused before the model is built
         from .ops import cuda_available
         if a.backend == "numpy" or a.backend == "auto" and not cuda_available()[0]:
-            raise RequestError("--double doubles launches in decode graphs: it needs the GPU backend")
-        from kernels import double_launches
-        double_launches(a.double)
+            what = "--double doubles" if getattr(a, "double", None) else "--trace stamps"
+            raise RequestError(f"{what} launches in decode graphs: it needs the GPU backend")
+        from kernels import double_launches, trace
+        double_launches(getattr(a, "double", None))
+        if getattr(a, "trace", False):
+            trace.start()  # before any kernel compiles: the stamps are compiled in
     runner = build_runner(a, s, log)
     b, cfg = runner.backend, runner.loaded.config
     if getattr(a, "prompt_gemm", "auto") != "auto" and b.name == "cupy":
@@ -462,6 +465,9 @@ def main(a) -> int:
         start = max(0, (max(a.prompt_lengths) - s.prefill_chunk) // s.prefill_chunk * s.prefill_chunk)
         print(format_profile(profile_chunk(runner, sched, start), b.name,
                              f"one prompt chunk of {s.prefill_chunk} rows at positions {start}.."))
+    if getattr(a, "trace", False):
+        from kernels import trace
+        print("\n".join(trace.report()))
     if b.name == "cupy":
         from kernels.pdl import enabled as pdl_enabled
         g = b.graph_stats()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import pdl
+from . import pdl, trace
 
 HERE = Path(__file__).resolve().parent
 _INCLUDE = re.compile(r'^[ \t]*#include[ \t]+"([^"]+)"[ \t]*$', re.M)
@@ -54,7 +54,11 @@ def file_options(file: str) -> tuple[str, ...]:
 def _module(file: str, expr: str | None):
     import cupy
     kw = {"name_expressions": (expr,)} if expr else {}
-    return cupy.RawModule(code=source(file), options=OPTIONS + file_options(file), **kw)
+    traced = (trace.DEFINE,) if trace.active() else ()
+    module = cupy.RawModule(code=source(file), options=OPTIONS + file_options(file) + traced, **kw)
+    if traced:
+        trace.attach(module)
+    return module
 
 
 class KernelTimes:
@@ -148,6 +152,7 @@ class _Kernel:
         """A launch into a graph: programmatic (kernels.pdl) where the driver has it; twice where
         `double_launches` names this kernel."""
         for _ in range(2 if _doubled is not None and _doubled.search(self.name) else 1):
+            trace.captured(self.name, grid)
             if pdl.enabled():
                 pdl.launch(self.kernel.kernel.ptr, grid, block, args, shared_mem, s.ptr)
             else:

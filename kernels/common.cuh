@@ -24,10 +24,32 @@ typedef unsigned long long u64;
 // written two or more kernels back (the kernel before waited for those to finish before this one
 // could launch).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#ifdef LANECHAT_TRACE
+// bench --trace (kernels/trace.py): the first block stamps the time its wait returned, the launch
+// ahead of it having ended, at the next slot of the host's buffer ([0] counts them).
+extern "C" __device__ u64* lc_trace;
+__device__ u64* lc_trace;
+DEV void trace_stamp() {
+  if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0 && lc_trace) {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    lc_trace[1 + atomicAdd(lc_trace, 1ull)] = t;
+  }
+}
+#define PDL_ENTRY                                                                                        \
+  do {                                                                                                   \
+    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");          \
+    trace_stamp();                                                                                       \
+  } while (0)
+#else
 #define PDL_ENTRY asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#endif
 #else
 #define PDL_ENTRY ((void)0)
 #endif
+
+// A 128-byte line of global memory fetched into L2 ahead of its loads (no register waits for it).
+DEV void l2_prefetch(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // --- 16-bit floats --------------------------------------------------------------------------
 DEV float bf16_to_f32(u32 h) { return __uint_as_float((h & 0xffffu) << 16); }

@@ -311,18 +311,36 @@ extern "C" __global__ void deltanet_keep(const unsigned long long* __restrict__ 
 }
 
 // y = w ⊙ x·rsqrt(mean x² + eps) ⊙ silu(z) per (row, head): x [n, H, D] contiguous, z [n, H, D] with
-// row stride ldz (heads contiguous), w [D]; y [n, H, D]. grid = (n, H), block = 32.
+// row stride ldz (heads contiguous), w [D], D <= 32·GN_PER_LANE; y [n, H, D]. z (the in-projection's,
+// two or more launches back) and w are in registers before the wait, so only x's round trip follows
+// it. grid = (n, H), block = 32.
+#define GN_PER_LANE 8
 extern "C" __global__ void gated_rmsnorm(const float* __restrict__ x, const float* __restrict__ z, i64 ldz,
                                          const float* __restrict__ w, float* __restrict__ y, int D, float eps) {
-  PDL_ENTRY;
   const i64 i = blockIdx.x;
   const int h = blockIdx.y, H = gridDim.y, lane = threadIdx.x;
   const float* xr = x + (i * H + h) * D;
   const float* zr = z + i * ldz + (i64)h * D;
+  float xv[GN_PER_LANE], zv[GN_PER_LANE], wv[GN_PER_LANE];
+#pragma unroll
+  for (int e = 0; e < GN_PER_LANE; ++e) {
+    const int d = lane + 32 * e;
+    zv[e] = d < D ? zr[d] : 0.0f;
+    wv[e] = d < D ? w[d] : 0.0f;
+  }
+  PDL_ENTRY;
   float ss = 0.0f;
-  for (int d = lane; d < D; d += 32) ss = __fadd_rn(ss, __fmul_rn(xr[d], xr[d]));
+#pragma unroll
+  for (int e = 0; e < GN_PER_LANE; ++e) {
+    const int d = lane + 32 * e;
+    xv[e] = d < D ? xr[d] : 0.0f;
+    if (d < D) ss = __fadd_rn(ss, __fmul_rn(xv[e], xv[e]));
+  }
   ss = warp_sum(ss);
   const float r = __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), eps));
-  for (int d = lane; d < D; d += 32)
-    y[(i * H + h) * D + d] = __fmul_rn(__fmul_rn(__fdiv_rn(xr[d], r), w[d]), dn_silu(zr[d]));
+#pragma unroll
+  for (int e = 0; e < GN_PER_LANE; ++e) {
+    const int d = lane + 32 * e;
+    if (d < D) y[(i * H + h) * D + d] = __fmul_rn(__fmul_rn(__fdiv_rn(xv[e], r), wv[e]), dn_silu(zv[e]));
+  }
 }

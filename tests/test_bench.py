@@ -91,9 +91,9 @@ def test_cli_wiring(capsys):
     assert np.isfinite(float(out.split("1 stream, greedy\t")[1].split("\t")[0].replace(",", "")))
 
 
-def test_double_is_checked_and_needs_the_gpu(capsys):
+def test_double_and_trace_are_checked_and_need_the_gpu(capsys):
     """`--double`: a pattern that is no regular expression is refused by its type; on the numpy
-    backend (no decode graphs) the bench refuses it in one line."""
+    backend (no decode graphs) the bench refuses it, and `--trace`, in one line."""
     from engine.__main__ import main
     args = ["bench", "--synthetic", "tiny-qwen3", "--backend", "numpy", "--parallel", "1", "--context", "256",
             "--prompt-lengths", "40", "--streams", "1", "--decode-tokens", "3"]
@@ -102,6 +102,9 @@ def test_double_is_checked_and_needs_the_gpu(capsys):
     assert main(args + ["--double", "moe_route"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[-1] == "error: --double doubles launches in decode graphs: it needs the GPU backend"
+    assert main(args + ["--trace"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == "error: --trace stamps launches in decode graphs: it needs the GPU backend"
 
 
 def test_moe_steps_count_only_the_experts_rows_can_reach():
@@ -161,6 +164,24 @@ def test_profile_breaks_down_a_step_of_several_streams_and_a_verify_window(capsy
     for what in ("one decode step, 1 stream", "one decode step, 2 streams", "one verify window of 4 rows, 1 stream"):
         kernels = out.split(f"profile: {what} at position 300, graphs off: ")[1].split("profile:")[0]
         assert "\nqmv<" in kernels and "\nsample_rows\t" in kernels
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available()[0], reason="no GPU")
+def test_trace_stamps_every_launch_of_a_decode_graph():
+    """`bench --trace` in a process of its own (the stamps are compiled in before any kernel): the
+    1-stream graph's replays stamp every launch, and the classes' times add up to its span."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "engine", "bench", "--synthetic", "tiny-qwen3.5", "--backend", "cupy",
+                          "--parallel", "1", "--context", "1024", "--prompt-lengths", "40", "--streams", "1",
+                          "--decode-tokens", "12", "--history", "1", "--interleave", "0", "--trace"],
+                         capture_output=True, text=True, timeout=600).stdout
+    head = out.split("trace: graph of 1 row, ")[1].splitlines()
+    span = float(head[0].split("first to last launch ")[1].split(" µs")[0])
+    rows = [line.split() for line in head[1:] if line.startswith("  ")]
+    assert rows and span > 0 and all(float(r[0]) >= 0 for r in rows)
+    assert abs(sum(float(r[0]) for r in rows) - span) < 0.01 * span + 0.1  # every launch but the last
 
 
 def test_mfu_counts_every_product_and_the_prompts_attention():

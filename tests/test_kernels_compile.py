@@ -180,3 +180,16 @@ def test_a_broken_kernel_is_named():
     assert not ok and "undefined_name" in log
     ok, _, cubin = compiler.compile(code, "fine.cu", opts, [])
     assert ok and b"\0fine\0" in cubin
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_trace_stamp_compiles(arch):
+    """bench --trace builds every kernel with the stamp (kernels/trace.py); the host finds its buffer
+    pointer by name."""
+    from kernels import trace
+    compiler = nvrtc(sorted(WHEELS)[-1])
+    file = "elementwise.cu"
+    opts = [*kernels.OPTIONS, *kernels.file_options(file), *CUPY_OPTIONS, trace.DEFINE, f"-arch={arch}"]
+    ok, log, cubin = compiler.compile(kernels.source(file), file, opts, [])
+    assert ok, log
+    assert b"\0lc_trace\0" in cubin

@@ -1,6 +1,9 @@
 """kernels/launch.py's shape arithmetic, without a GPU: qmv's segments and its blocks an SM; which GPUs take
-cuBLAS for prompt products."""
+cuBLAS for prompt products; the Qwen launchers' limits."""
+import pytest
+
 import kernels.launch as K
+import kernels.launch_qwen3_5 as KQ
 
 
 def test_three_blocks_an_sm_only_where_they_save_a_wave():
@@ -27,3 +30,10 @@ def test_prompt_products_through_cublas_only_on_discrete_hopper_and_datacenter_b
     assert not K.cublas_prompt_products("121", True)  # GB10: the fp16 copy at 273 GB/s costs more than it saves
     assert not K.cublas_prompt_products("120", False) and not K.cublas_prompt_products("89", False)
     assert not K.cublas_prompt_products("90", True)
+
+
+def test_gated_rmsnorm_refuses_heads_wider_than_its_registers():
+    """gated_rmsnorm keeps a lane's z, w and x in registers: a head past 32 x GN_PER_LANE is refused
+    before anything launches."""
+    with pytest.raises(ValueError, match="head dim 300 is beyond the kernel's 256"):
+        KQ.gated_rmsnorm(None, None, 0, None, None, 300, 1e-6, 1, 1)

@@ -36,6 +36,7 @@ except Exception as e:  # pragma: no cover - get_backend reports why first
     raise BackendError(f"CuPy is not usable ({type(e).__name__}: {e})") from None
 
 import kernels.launch as K
+from kernels import trace
 
 MAX_GRAPH_ROWS = 256  # larger decode batches run eagerly
 
@@ -54,6 +55,7 @@ class GraphEntry:
         self.out = None
         self.tokens = None  # a sampling graph's chosen tokens [B]
         self.failed = False
+        self.names: list[str] = []  # its launches in order (bench --trace)
 
     def views(self):
         B, W, d = self.B, self.W, self.dev
@@ -92,7 +94,8 @@ class DecodeGraphs:
             return model.forward(rows, cache), None
         self._fill(entry, rows, cache, sampling)
         if entry.graph is not None:
-            entry.graph.launch(self.stream)
+            with trace.replay(_label(B, rows.window), entry.names, self.stream):
+                entry.graph.launch(self.stream)
             toks = entry.tokens[:n] if sampling is not None and entry.tokens is not None else None
             return _rows(entry.out, n), toks
         drows = self._device_rows(entry, rows)
@@ -157,7 +160,7 @@ class DecodeGraphs:
     def _capture(self, model, drows: Rows, cache: Cache, entry: GraphEntry) -> None:
         s = self.stream
         try:
-            with cupy.cuda.using_allocator(self.pool.malloc):
+            with cupy.cuda.using_allocator(self.pool.malloc), trace.capture() as names:
                 s.begin_capture()
                 try:
                     out = model.forward(drows, cache)
@@ -168,7 +171,7 @@ class DecodeGraphs:
                     tokens = _sample(out, entry) if entry.sampled else None
                 finally:
                     graph = s.end_capture()
-            entry.graph, entry.out, entry.tokens = graph, out, tokens
+            entry.graph, entry.out, entry.tokens, entry.names = graph, out, tokens, names
         except Exception as e:  # capture is an optimisation: run eagerly from now on
             entry.failed = True
             self.failures.append(f"{entry.B} rows: {type(e).__name__}: {e}")
@@ -198,6 +201,11 @@ def _sample(logits, entry: GraphEntry):
 def _key(model, rows: Rows, B: int) -> tuple:
     """A graph's identity within one cache: the model, its rows and page-table width, the rows' shape."""
     return id(model), B, rows.tables.shape[1], rows.window, rows.hidden, rows.taps
+
+
+def _label(B: int, window: int) -> str:
+    """A graph's name in `bench --trace`."""
+    return f"{B} row{'s' if B > 1 else ''}" + (f" in windows of {window}" if window > 1 else "")
 
 
 def _rows(out, n: int):
