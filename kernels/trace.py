@@ -94,21 +94,24 @@ def report(top: int = 30) -> list[str]:
     """Per graph: its launch classes by their summed time on the critical path per step (µs)."""
     if _trace is None:
         return []
-    lines = []
-    for key, (names, stamps) in sorted(_trace.replays.items()):
-        whole = [s.get() for s in stamps]
-        good = [s[1:] for s in whole if int(s[0]) == len(names)]
-        if not good:
-            counts = sorted({int(s[0]) for s in whole})
-            lines.append(f"trace: graph of {key}: no replay stamped all {len(names)} launches ({counts})")
-            continue
-        dt = np.stack([np.diff(s.astype(np.int64)) for s in good]).mean(axis=0) / 1e3  # µs, launch i to i+1
-        per: dict[str, list[float]] = defaultdict(list)
-        for name, d in zip(names, dt):
-            per[name].append(float(d))
-        span = float(np.mean([int(s[-1]) - int(s[0]) for s in good])) / 1e3
-        lines.append(f"trace: graph of {key}, {len(good)} replays, {len(names)} launches, "
-                     f"first to last launch {span:.1f} µs; by launch class, µs a step (launches x µs each):")
-        for name, ds in sorted(per.items(), key=lambda kv: -sum(kv[1]))[:top]:
-            lines.append(f"  {sum(ds):8.1f}  {len(ds):4d} x {sum(ds) / len(ds):6.2f}  {name}")
+    return [line for key, (names, stamps) in sorted(_trace.replays.items())
+            for line in summary(key, names, [s.get() for s in stamps], top)]
+
+
+def summary(key: str, names: list[str], stamps: list[np.ndarray], top: int = 30) -> list[str]:
+    """One graph's lines of `report`: stamps per replay as copied ([0] the count, then one stamp a
+    launch, ns); replays missing a stamp are left out (all of them: a line saying so)."""
+    good = [s[1:len(names) + 1] for s in stamps if int(s[0]) == len(names)]
+    if not good:
+        counts = sorted({int(s[0]) for s in stamps})
+        return [f"trace: graph of {key}: no replay stamped all {len(names)} launches ({counts})"]
+    dt = np.stack([np.diff(s.astype(np.int64)) for s in good]).mean(axis=0) / 1e3  # µs, launch i to i + 1
+    per: dict[str, list[float]] = defaultdict(list)
+    for name, d in zip(names, dt):
+        per[name].append(float(d))
+    span = float(np.mean([int(s[-1]) - int(s[0]) for s in good])) / 1e3
+    lines = [f"trace: graph of {key}, {len(good)} replays, {len(names)} launches, first to last launch "
+             f"{span:.1f} µs; by launch class, µs a step (launches x µs each):"]
+    for name, ds in sorted(per.items(), key=lambda kv: -sum(kv[1]))[:top]:
+        lines.append(f"  {sum(ds):8.1f}  {len(ds):4d} x {sum(ds) / len(ds):6.2f}  {name}")
     return lines
