@@ -357,14 +357,15 @@ def main(a) -> int:
     if getattr(a, "no_pdl", False):
         from kernels.pdl import use_pdl
         use_pdl(False)
-    if getattr(a, "double", None) or getattr(a, "trace", False):  # refused before the model is built
+    doubled, traced = getattr(a, "double", None), getattr(a, "trace", False)
+    if doubled or traced:  # refused before the model is built
         from .ops import cuda_available
         if a.backend == "numpy" or a.backend == "auto" and not cuda_available()[0]:
-            what = "--double doubles" if getattr(a, "double", None) else "--trace stamps"
+            what = "--double doubles" if doubled else "--trace stamps"
             raise RequestError(f"{what} launches in decode graphs: it needs the GPU backend")
         from kernels import double_launches, trace
-        double_launches(getattr(a, "double", None))
-        if getattr(a, "trace", False):
+        double_launches(doubled)
+        if traced:
             trace.start()  # before any kernel compiles: the stamps are compiled in
     runner = build_runner(a, s, log)
     b, cfg = runner.backend, runner.loaded.config
@@ -378,8 +379,8 @@ def main(a) -> int:
     print(f"bench: {runner.loaded.name} on {b.name} ({b.device}), {s.kv_dtype} KV, parallel {s.parallel}, "
           f"context {s.context}, prefill chunk {s.prefill_chunk} ({s.prefill_precision}{gemm})")
     print(sched.plan.line)
-    if getattr(a, "double", None):
-        print(f"bench: the decode graphs launch every kernel matching {a.double!r} twice")
+    if doubled:
+        print(f"bench: the decode graphs launch every kernel matching {doubled!r} twice")
     rate, rate_what = gemm_rate(b)
     if cfg.state_bytes_per_stream():
         print(f"DeltaNet state read + written per stream and step: {step_state_bytes(cfg, 1) / GB:.3f} GB")
@@ -465,7 +466,7 @@ def main(a) -> int:
         start = max(0, (max(a.prompt_lengths) - s.prefill_chunk) // s.prefill_chunk * s.prefill_chunk)
         print(format_profile(profile_chunk(runner, sched, start), b.name,
                              f"one prompt chunk of {s.prefill_chunk} rows at positions {start}.."))
-    if getattr(a, "trace", False):
+    if traced:
         from kernels import trace
         print("\n".join(trace.report()))
     if b.name == "cupy":

@@ -27,8 +27,9 @@ typedef unsigned long long u64;
 #ifdef LANECHAT_TRACE
 // bench --trace (kernels/trace.py): the first block stamps the time its wait returned, the launch
 // ahead of it having ended, at the next slot of the host's buffer ([0] counts them).
-extern "C" __device__ u64* lc_trace;
+extern "C" {
 __device__ u64* lc_trace;
+}
 DEV void trace_stamp() {
   if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0 && lc_trace) {
     u64 t;
@@ -36,14 +37,14 @@ DEV void trace_stamp() {
     lc_trace[1 + atomicAdd(lc_trace, 1ull)] = t;
   }
 }
-#define PDL_ENTRY                                                                                        \
-  do {                                                                                                   \
-    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");          \
-    trace_stamp();                                                                                       \
-  } while (0)
 #else
-#define PDL_ENTRY asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+DEV void trace_stamp() {}
 #endif
+#define PDL_ENTRY                                                                           \
+  do {                                                                                      \
+    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory"); \
+    trace_stamp();                                                                          \
+  } while (0)
 #else
 #define PDL_ENTRY ((void)0)
 #endif

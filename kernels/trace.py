@@ -81,7 +81,7 @@ def capture() -> Iterator[list[str]]:
 def replay(key: str, names: list[str], stream) -> Iterator[None]:
     """Around one launch of the graph called `key` (its captured `names`): the count zeroed before it, its
     stamps copied after it, on its stream (no host wait)."""
-    if _trace is None or not names:
+    if _trace is None or not names:  # graphs captured before tracing started
         yield
         return
     with stream:

@@ -94,7 +94,10 @@ class DecodeGraphs:
             return model.forward(rows, cache), None
         self._fill(entry, rows, cache, sampling)
         if entry.graph is not None:
-            with trace.replay(_label(B, rows.window), entry.names, self.stream):
+            if trace.active():
+                with trace.replay(_label(B, rows.window), entry.names, self.stream):
+                    entry.graph.launch(self.stream)
+            else:
                 entry.graph.launch(self.stream)
             toks = entry.tokens[:n] if sampling is not None and entry.tokens is not None else None
             return _rows(entry.out, n), toks
