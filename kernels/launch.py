@@ -54,7 +54,7 @@ QMV_EXPERT_TILES = (0, 2)  # expert products: up to 4 rows an expert packed, or 
 _counters = {}
 
 
-QMV_BLOCKS = 280  # blocks a product's segments aim for: ~2 an SM of an H200 (a constant, not the device's)
+QMV_BLOCKS = 264  # blocks a product's segments aim for: 2 an SM of an H200 (a constant, not the device's)
 
 
 def qmv_split(M: int, K: int) -> tuple[int, int]:

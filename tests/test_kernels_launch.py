@@ -7,7 +7,7 @@ import kernels.launch_qwen3_5 as KQ
 
 
 def test_three_blocks_an_sm_only_where_they_save_a_wave():
-    # H200 (132 SMs): the 27B's gate_up (272 blocks) and down (40 x 7) fit one wave only at 3 an SM
+    # H200 (132 SMs): the 27B's gate_up (272 blocks) fits one wave only at 3 an SM
     assert K.qmv_min_blocks(272, 132) == 3 and K.qmv_min_blocks(280, 132) == 3
     # 448 blocks (two waves either way), llama3-8b's down (224) and qkv (192): 2 an SM
     assert K.qmv_min_blocks(448, 132) == 2 and K.qmv_min_blocks(224, 132) == 2 and K.qmv_min_blocks(192, 132) == 2
@@ -16,7 +16,7 @@ def test_three_blocks_an_sm_only_where_they_save_a_wave():
 
 def test_segments_depend_on_the_shape_alone():
     assert K.qmv_split(34816, 5120) == (5120, 1)
-    assert K.qmv_split(5120, 17408) == (2560, 7)
+    assert K.qmv_split(5120, 17408) == (3072, 6)  # the 27B's down: 240 blocks, one wave at 2 an SM
     assert K.qmv_split(28672, 4096) == (4096, 1)  # 224 row blocks: one segment, one wave
     assert K.qmv_split(4096, 14336) == (2048, 7) and K.qmv_split(4096, 4096) == (512, 8)
     for M, Kd in ((6144, 4096), (12352, 2048), (257, 2048), (9216, 2048)):
