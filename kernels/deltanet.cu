@@ -314,7 +314,9 @@ extern "C" __global__ void deltanet_keep(const unsigned long long* __restrict__ 
 // row stride ldz (heads contiguous), w [D], D <= 32·GN_PER_LANE; y [n, H, D]. z (the in-projection's,
 // two or more launches back) and w are in registers before the wait, so only x's round trip follows
 // it. grid = (n, H), block = 32.
-#define GN_PER_LANE 8
+#ifndef GN_PER_LANE
+#error "deltanet.cu needs GN_PER_LANE: compile it through kernels.launch"
+#endif
 extern "C" __global__ void gated_rmsnorm(const float* __restrict__ x, const float* __restrict__ z, i64 ldz,
                                          const float* __restrict__ w, float* __restrict__ y, int D, float eps) {
   const i64 i = blockIdx.x;

@@ -14,8 +14,10 @@ CHUNK = 64  # absolute key positions per decode-attention block: the one value (
 GROUP = 16  # chunks merged together before the groups are: the one value (attention.cu gets -DGROUP)
 # NVRTC options per source file (kernels.file_options): the constants above, compiled in.
 QG_STAGES = 3  # qgemm's cp.async pipeline depth: the one value (qgemm.cu gets -DQG_STAGES)
+GN_PER_LANE = 8  # gated_rmsnorm's values a lane: heads up to 32 x this (deltanet.cu gets -DGN_PER_LANE)
 FILE_OPTIONS = {"attention.cu": ("-DCHUNK=%d" % CHUNK, "-DGROUP=%d" % GROUP),
-                "qgemm.cu": ("-DQG_STAGES=%d" % QG_STAGES,)}
+                "qgemm.cu": ("-DQG_STAGES=%d" % QG_STAGES,),
+                "deltanet.cu": ("-DGN_PER_LANE=%d" % GN_PER_LANE,)}
 NULL = np.uint64(0)
 
 i32, i64, f32 = np.int32, np.int64, np.float32

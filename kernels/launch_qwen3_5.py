@@ -100,12 +100,9 @@ def deltanet_chunked(q, ldq: int, k, ldk: int, v, ldv: int, g, beta, state, slot
                                                              i32(Hk), i32(Hv), i32(Dv)))
 
 
-GN_PER_LANE = 8  # deltanet.cu's: gated_rmsnorm takes heads of up to 32·GN_PER_LANE
-
-
 def gated_rmsnorm(x, z, ldz: int, w, y, D: int, eps: float, rows: int, heads: int):
-    if D > 32 * GN_PER_LANE:
-        raise ValueError(f"gated_rmsnorm: head dim {D} is beyond the kernel's {32 * GN_PER_LANE}")
+    if D > 32 * L.GN_PER_LANE:
+        raise ValueError(f"gated_rmsnorm: head dim {D} is beyond the kernel's {32 * L.GN_PER_LANE}")
     f = function("deltanet.cu", "gated_rmsnorm")
     f((rows, heads), (32,), (x, z, i64(ldz), w, y, i32(D), f32(eps)))
 
