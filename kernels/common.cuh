@@ -125,17 +125,17 @@ DEV void cp_async_commit_wait_all() {
 }
 
 // Arrival at a reduction across blocks: `add` to *counter; true in every thread of the block that
-// brings it to `last_at` + add. The barrier orders the block's writes before thread 0's fence, which
-// releases them all (fences are cumulative; CUTLASS's split-K semaphore does the same), and the last
-// block's thread 0 fences again after its atomic, so the barrier after it lets every thread read the
-// other blocks' writes (through L2: __ldcg). One fence a block, not one a thread.
+// brings it to `last_at` + add. The barrier orders the block's writes before thread 0's atomic,
+// whose release half publishes them all (release is cumulative; CUTLASS's split-K semaphore does
+// the same) and whose acquire half lets the last block, after the barrier below, read the other
+// blocks' writes (through L2: __ldcg). One acq_rel atomic a block, no sequentially consistent fence.
 DEV bool arrive_last(int* counter, int add, int last_at, int* flag) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
-    const bool last = atomicAdd(counter, add) == last_at;
-    if (last) __threadfence();
-    *flag = last;
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;"
+                 : "=r"(old) : "l"(counter), "r"(add) : "memory");
+    *flag = old == last_at;
   }
   __syncthreads();
   return *flag;
