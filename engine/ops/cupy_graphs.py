@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -94,10 +95,9 @@ class DecodeGraphs:
             return model.forward(rows, cache), None
         self._fill(entry, rows, cache, sampling)
         if entry.graph is not None:
-            if trace.active():
-                with trace.replay(_label(B, rows.window), entry.names, self.stream):
-                    entry.graph.launch(self.stream)
-            else:
+            # an untraced replay builds no label
+            traced = trace.replay(_label(B, rows.window), entry.names, self.stream) if trace.active() else nullcontext()
+            with traced:
                 entry.graph.launch(self.stream)
             toks = entry.tokens[:n] if sampling is not None and entry.tokens is not None else None
             return _rows(entry.out, n), toks
