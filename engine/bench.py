@@ -211,7 +211,7 @@ def synthetic_bytes(name: str, bits: int = 4) -> int:
 class Bench:
     runner: object
     settings: EngineSettings
-    observed: list = field(default_factory=list)  # (rows, StepStats, bytes) of every decode step
+    observed: list = field(default_factory=list)  # (rows, StepStats) of every decode step
     rid: int = 0
     t_end: float = 0.0  # perf_counter when the last run ended
 
@@ -236,19 +236,21 @@ class Bench:
         return self.t_end - t, seqs
 
     def timed_decode(self, sched) -> None:
-        """Observe the scheduler's decode steps: wall time of each and the bytes it must read."""
-        model, cfg, dtype = self.runner.model, self.runner.loaded.config, self.settings.kv_dtype
-
-        def observe(step) -> None:
-            rows = len(step.positions)
-            self.observed.append((rows, step, step_weight_bytes(model, rows)
-                                  + step_kv_bytes(cfg, dtype, step.positions) + step_state_bytes(cfg, rows)))
-        sched.step_observer = observe
+        """Observe the scheduler's decode steps. The observer only keeps each step's stats: its time
+        and bytes are worked out once the run is over, so the host's work a step is the engine's own."""
+        sched.step_observer = lambda step: self.observed.append((len(step.positions), step))
 
     @property
     def steps(self) -> list[tuple[int, float, int]]:
-        """(rows, seconds, bytes) of the observed steps: their device times, read once the run is over."""
-        return [(rows, step.seconds, by) for rows, step, by in self.observed]
+        """(rows, seconds, bytes to read) of the observed steps, read once the run is over."""
+        model, cfg, dtype = self.runner.model, self.runner.loaded.config, self.settings.kv_dtype
+        weights: dict[int, int] = {}  # by row count: the same weights every step
+        out = []
+        for rows, step in self.observed:
+            if rows not in weights:
+                weights[rows] = step_weight_bytes(model, rows) + step_state_bytes(cfg, rows)
+            out.append((rows, step.seconds, weights[rows] + step_kv_bytes(cfg, dtype, step.positions)))
+        return out
 
 
 def decode_seconds(seqs: list, t_end: float) -> float:
@@ -266,7 +268,7 @@ def decode_cell(bench: Bench, seqs: list, wall: float, name: str, rows: int, bw:
     """A decode cell from its finished streams: decode tok/s, the step statistics, and in the note the
     rate with the prompt's time counted in and the wall time of a step with the host's work."""
     cell = step_stats(Cell(name, tok_s=decode_rate(seqs, bench.t_end)), bench, rows, bw)
-    steps = sum(1 for r, _, _ in bench.observed if r == rows)  # a count: no device times read again
+    steps = sum(1 for r, _ in bench.observed if r == rows)  # a count: no device times read again
     per_step = decode_seconds(seqs, bench.t_end) / steps if steps else None
     cell.note = (f"with the prompt {sum(q.generated for q in seqs) / wall:,.1f} tok/s"
                  + (f"; {1e3 * per_step:.2f} ms a step with the host's work" if per_step else ""))

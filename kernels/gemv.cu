@@ -156,6 +156,36 @@ struct QmvShape {
   static constexpr int CW = BITS == 4 ? NSB / 2 : NSB;  // 16-byte code words per lane per batch
 };
 
+// The input of a norm-staged next product, split as qmv_xsplit does (the same bits), by the block that
+// reduced and wrote these 128 columns of rows r0.. of y (the barrier makes them visible to the block):
+// h = y + res (written to hs), then the pieces of h * nw, their group sums and 64-input sums of
+// squares. The last column block also writes the pieces past M (zeros) to the padded width.
+template <int SUB>
+DEV void split_out(const float* y, i64 ldy, int nr, int r0, int mb, int MB, int M, const float* __restrict__ res,
+                   i64 ldres, const float* __restrict__ nw, float* __restrict__ hs, i64 ldhs,
+                   uint4* __restrict__ xs, float* __restrict__ sx, float* __restrict__ sq, int tid) {
+  constexpr int GL = 4 * SUB;
+  const int np = ((M + 31) / 32 + 15) / 16 * 16 * 4;  // pieces a split row (launch.py padded_subgroups x 4)
+  const int j0 = mb * 16, cnt = (mb + 1 == MB ? np : j0 + 16) - j0;  // a multiple of 16: whole groups
+  __syncthreads();
+  for (int c0 = 0; c0 < nr * cnt; c0 += 256) {  // whole warps every pass: the shuffles need all lanes
+    const int c = c0 + tid, r = c / cnt, j = j0 + c % cnt, k = 8 * j;
+    const bool here = c < nr * cnt;
+    const i64 row = r0 + (here ? r : 0);
+    u32 hi[4], lo[4];
+    float xs_, q;
+    split_piece<2>(y + row * ldy, res + row * ldres, nw, hs + row * ldhs, here && k < M, k, hi, lo, xs_, q);
+    if (here) {
+      xs[row * 2 * np + j] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      xs[(row * 2 + 1) * np + j] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    xs_ = lanes_sum<GL>(xs_);
+    if (here && j % GL == 0) sx[row * (np / GL) + j / GL] = xs_;
+    q = lanes_sum<8>(q);
+    if (here && j % 8 == 0) sq[row * (np / 8) + j / 8] = q;
+  }
+}
+
 // BITS 4|8, SUB subgroups per group (1, 2, 4), NT 8-row n-tiles (0: 4 rows packed), XM input mode,
 // SBT scale type (load_sb's ST: 0 fp16 pair, 1 bf16 pair, 2 fp32 pair):
 //   XM 0: x;  1: silu(x) * x2 (the MLP's gate and up halves);
@@ -182,7 +212,10 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
                                            float* __restrict__ part, float* __restrict__ sspart,
                                            int* __restrict__ counters, const int* __restrict__ slots, int kx,
                                            i64 ecodes, i64 esb, const uint4* __restrict__ xsp,
-                                           const float* __restrict__ sxp, const float* __restrict__ sqp) {
+                                           const float* __restrict__ sxp, const float* __restrict__ sqp,
+                                           uint4* __restrict__ xso, float* __restrict__ sxo, float* __restrict__ sqo,
+                                           const float* __restrict__ reso, i64 ldres, const float* __restrict__ nwo,
+                                           float* __restrict__ hso, i64 ldhs) {
   if (EX) PDL_ENTRY;  // the slots come from the routing kernel
   using Sh = QmvShape<BITS, SUB, NT, MINB>;
   constexpr int R = Sh::R, SR = Sh::SR, BATCH = Sh::BATCH, PITCH = Sh::PITCH, GPB = Sh::GPB, CW = Sh::CW;
@@ -465,6 +498,7 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
     }
     y[(i64)(EX ? srow_s[n] : r0 + n) * ldy + m] = v;
   }
+  if (!EX && xso != nullptr) split_out<SUB>(y, ldy, nr, r0, mb, MB, M, reso, ldres, nwo, hso, ldhs, xso, sxo, sqo, tid);
   if (tid == 0) counters[(i64)z * MB + mb] = 0;
 }
 

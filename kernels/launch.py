@@ -96,17 +96,35 @@ def qmv_counters(n: int):
     return c
 
 
+def qmv_splits_x(nrows: int, M: int, K: int, xm: int) -> bool:
+    """Whether qmv splits x once for all its blocks (qmv_xsplit) rather than in every block: 4+ rows
+    where the blocks stage much (not the 8B's o, 32 row blocks x 4,096, nor the 27B's in_proj)."""
+    return nrows >= 4 and (xm == 1 or -(-M // 128) * K >= 3 << 18)
+
+
+def qmv_splits_out(nrows: int, M: int, K: int, group: int, group2: int) -> bool:
+    """Whether qmv can write the split input of a norm-staged next product (`split_out`): the last
+    block of each 128 columns has the reduced rows, so K must be in 2+ segments; up to 16 rows (the
+    staging buffer holds them); the next product's groups the same size."""
+    return 4 <= nrows <= 16 and qmv_split(M, K)[1] > 1 and group == group2 and M % 8 == 0
+
+
 def qmv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, ldx: int, y, nrows: int, xm: int = 0,
         x2=None, ldx2: int = 0, nw=None, eps: float = 0.0, hout=None, ldh: int = 0, min_blocks: int = 0,
-        split_x: bool | None = None):
+        split_x: bool | None = None, pieces=None, split_out=None):
     """y[:nrows, :M] = f(x) @ W^T for repacked W, with f by xm: 0 x; 1 silu(x) * x2;
     2 rmsnorm(x [+ x2]) * nw (h = x + x2 written to hout when given). min_blocks: 2 or 3 blocks an SM
     where both are compiled (4-bit, up to 8 rows), 0 for the one with fewer waves (qmv_min_blocks).
-    split_x: f(x) split once by qmv_xsplit or staged by every block (the same bits); None picks by shape."""
+    split_x: f(x) split once by qmv_xsplit or staged by every block (the same bits); None picks by shape.
+    pieces: f(x) already split (xsplit_buffers, written by a product's split_out). split_out: (pieces,
+    res, ldres, nw2, h, ldh2): also write the next product's input split, rmsnorm(y + res) * nw2 with
+    h = y + res to h, as qmv_xsplit would (qmv_splits_out says where it can)."""
     import cupy
     nt = 0 if nrows <= 4 else (1 if nrows <= 8 else (2 if nrows <= 16 else 4))  # 0: up to 4 rows packed
     R = 8 * nt if nt else 4
     KS, P = qmv_split(M, K)
+    if split_out is not None and not qmv_splits_out(nrows, M, K, group, group):
+        raise ValueError(f"qmv cannot split its output for {nrows} rows of [{M}, {K}]")
     Mp = -(-M // TM_ROWS) * TM_ROWS
     mblocks, slices = -(-M // 128), -(-nrows // R)
     if P > 1:
@@ -118,27 +136,35 @@ def qmv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, ldx: int, 
     minb = (min_blocks or qmv_min_blocks(mblocks * P * slices, sm_count())) if bits == 4 and nt <= 1 else 2
     Sp = padded_subgroups(K)
     xs = sx = sq = None
-    if split_x is None:  # 4+ rows, where the blocks stage much: not the 8B's o (32 row blocks x 4,096) or 27B in_proj
-        split_x = nrows >= 4 and (xm == 1 or mblocks * K >= 3 << 18)
-    if split_x:
+    if pieces is not None:
+        xs, sx, sq = pieces
+        hout = None
+    elif split_x if split_x is not None else qmv_splits_x(nrows, M, K, xm):
         xs, sx, sq = qmv_xsplit(x, ldx, nrows, K, group, xm, x2, ldx2, nw, hout, ldh)
         hout = None
+    (xo, sxo, sqo), res, ldres, nw2, h2, ldh2 = split_out or ((None, None, None), None, 0, None, None, 0)
     f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 0, %d>" % (bits, group // 32, nt, xm, st, minb))
     f((mblocks, P, slices), (256,),
       (codes, sb, i32(st), x, _ptr(x2), i64(ldx), i64(ldx2), _ptr(nw), f32(eps), _ptr(hout), i64(ldh), y,
        i64(y.shape[1]), i32(nrows), i32(M), i32(Mp), i32(K), i32(Sp), i32(KS), _ptr(part),
-       _ptr(sspart), _ptr(counters), NULL, i32(1), i64(0), i64(0), _ptr(xs), _ptr(sx), _ptr(sq)))
+       _ptr(sspart), _ptr(counters), NULL, i32(1), i64(0), i64(0), _ptr(xs), _ptr(sx), _ptr(sq),
+       _ptr(xo), _ptr(sxo), _ptr(sqo), _ptr(res), i64(ldres), _ptr(nw2), _ptr(h2), i64(ldh2)))
+
+
+def xsplit_buffers(nrows: int, K: int, group: int, xm: int):
+    """(pieces, group sums, sums of squares or None) for nrows split rows of K inputs (qmv_xsplit's)."""
+    import cupy
+    Sp = padded_subgroups(K)
+    return (cupy.empty(nrows * 2 * Sp * 4 * 4, cupy.uint32), cupy.empty(nrows * Sp // (group // 32), cupy.float32),
+            cupy.empty(nrows * Sp // 2, cupy.float32) if xm == 2 else None)
 
 
 def qmv_xsplit(x, ldx: int, nrows: int, K: int, group: int, xm: int, x2=None, ldx2: int = 0, nw=None, hout=None,
                ldh: int = 0):
     """x's rows as qmv stages them, once for all its blocks: (bf16 hi/lo pieces, group sums, 64-input
     sums of squares or None); h = x + x2 goes to hout here (xm 2)."""
-    import cupy
     Sp = padded_subgroups(K)
-    xs = cupy.empty(nrows * 2 * Sp * 4 * 4, cupy.uint32)
-    sx = cupy.empty(nrows * Sp // (group // 32), cupy.float32)
-    sq = cupy.empty(nrows * Sp // 2, cupy.float32) if xm == 2 else None
+    xs, sx, sq = xsplit_buffers(nrows, K, group, xm)
     f = function("gemv.cu", "qmv_xsplit<%d, %d>" % (xm, group // 32))
     f((-(-Sp // 64), nrows), (256,), (x, _ptr(x2), i64(ldx), i64(ldx2), _ptr(nw), _ptr(hout), i64(ldh), i32(K), i32(Sp),
                                   xs, sx, _ptr(sq)))

@@ -118,6 +118,72 @@ def test_qmv_split_x_changes_no_bits(gb, xm, M, K):
     qmv_schedules(gb, 21 + xm, M, K, xm, (3, 8, 13), [dict(split_x=False), dict(split_x=True)])
 
 
+@pytest.mark.parametrize("M1", [640, 1024])  # the next product's K: padded pieces past it, or none
+def test_qmv_split_out_equals_the_split_kernel(gb, M1):
+    """A product in K segments writing the next product's input split (split_out: rmsnorm(y + res) * nw
+    with h = y + res) gives qmv_xsplit's pieces, sums and h bit for bit, and the same outputs of both."""
+    import kernels.launch as KL
+    rng = np.random.default_rng(M1)
+    K1, M2 = 4096, 300
+    assert KL.qmv_split(M1, K1)[1] > 1
+    w1, w2 = (gb.prepare(rand_affine(rng, m, k, 4, 64, "float16")) for m, k in ((M1, K1), (M2, M1)))
+    nw = cupy.asarray(rng.uniform(0.5, 1.5, M1).astype(np.float32))
+    for n in (4, 5, 8, 13, 16):
+        assert KL.qmv_splits_out(n, M1, K1, 64, 64)
+        x = cupy.asarray(rng.normal(0, 1, (n, K1)).astype(np.float32))
+        res = cupy.asarray(rng.normal(0, 1, (n, M1)).astype(np.float32))
+        ya, yb = cupy.zeros((n, M1), cupy.float32), cupy.zeros((n, M1), cupy.float32)
+        ha, hb = cupy.zeros((n, M1), cupy.float32), cupy.zeros((n, M1), cupy.float32)
+        KL.qmv(w1.codes, w1.sb, w1.st, 4, 64, M1, K1, x, K1, ya, n)
+        pa = KL.qmv_xsplit(ya, M1, n, M1, 64, 2, res, M1, nw, ha, M1)
+        pb = KL.xsplit_buffers(n, M1, 64, 2)
+        for a in pb:
+            a.fill(7)  # every word written, padding included
+        KL.qmv(w1.codes, w1.sb, w1.st, 4, 64, M1, K1, x, K1, yb, n, split_out=(pb, res, M1, nw, hb, M1))
+        assert np.array_equal(cupy.asnumpy(ya), cupy.asnumpy(yb))
+        assert np.array_equal(cupy.asnumpy(ha), cupy.asnumpy(hb)) and np.array_equal(cupy.asnumpy(hb),
+                                                                                       cupy.asnumpy(ya + res))
+        for a, b in zip(pa, pb):
+            assert np.array_equal(cupy.asnumpy(a), cupy.asnumpy(b))
+        za, zb = cupy.zeros((n, M2), cupy.float32), cupy.zeros((n, M2), cupy.float32)
+        KL.qmv(w2.codes, w2.sb, w2.st, 4, 64, M2, M1, ya, M1, za, n, xm=2, x2=res, ldx2=M1, nw=nw, eps=1e-5)
+        KL.qmv(w2.codes, w2.sb, w2.st, 4, 64, M2, M1, yb, M1, zb, n, xm=2, x2=res, ldx2=M1, nw=nw, eps=1e-5,
+               pieces=pb)
+        assert np.array_equal(cupy.asnumpy(za), cupy.asnumpy(zb))
+    with pytest.raises(ValueError, match="cannot split its output"):
+        KL.qmv(w1.codes, w1.sb, w1.st, 4, 64, M1, K1, x[:2], K1, ya[:2], 2, split_out=(pb, res, M1, nw, hb, M1))
+
+
+def test_a_product_feeding_a_norm_writes_the_next_products_split_input(gb):
+    """linear(feeds_norm) of 4-16 rows is a Product; a norm-staged product that splits its input once
+    runs it with split_out: the same outputs and residual as the plain launches."""
+    import kernels
+    import kernels.launch as KL
+    from engine.ops.cupy_lazy import Product
+    rng = np.random.default_rng(5)
+    H, K1, M2 = 4096, 1024, 24576
+    assert KL.qmv_splits_x(8, M2, H, 2)
+    w1, w2 = (gb.prepare(rand_affine(rng, m, k, 4, 64, "bfloat16")) for m, k in ((H, K1), (M2, H)))
+    nw = rng.uniform(0.5, 1.5, H).astype(np.float32)
+    x = gb.asarray(rng.normal(0, 1, (8, K1)).astype(np.float32))
+    res = gb.asarray(rng.normal(0, 1, (8, H)).astype(np.float32))
+    out = []
+    for feeds in (False, True):
+        with kernels.timing() as t:
+            p = gb.linear(x, w1, feeds_norm=feeds)
+            assert isinstance(p, Product) == feeds and not (feeds and p.launched)
+            h, r = gb.add_rmsnorm(p, res, gb.asarray(nw), 1e-5)
+            z = gb.linear(h, w2)
+        split = [name.startswith("qmv_xsplit") for name, _, _ in t.rows()]
+        assert split == ([False, False] if feeds else [False, True, False])  # one launch fewer
+        out.append((gb.to_host(z), gb.to_host(r), gb.to_host(p)))
+    for a, b in zip(*out):
+        assert np.array_equal(a, b)
+    assert np.array_equal(out[1][1], out[1][2] + gb.to_host(res))
+    one = gb.linear(x[:1], w1, feeds_norm=True)  # one row: launched at once (no split to write)
+    assert not isinstance(one, Product)
+
+
 def test_qmv_odd_input_width_and_lazy_silu(gb):
     rng = np.random.default_rng(3)
     w = rand_affine(rng, 40, 96, 4, 32, "float16")  # three subgroups: a padded pair in the 4-bit layout

@@ -96,8 +96,8 @@ def test_numpy_backend_declares_the_whole_contract():
 
 def test_the_check_sees_a_missing_member_a_changed_default_and_a_missing_attribute():
     modules = cupy_sources()
-    src = modules["cupy_backend"].replace("def linear(self, x, w, pad_to: int = 0, fp16: bool = False):",
-                                          "def linear(self, x, w, pad_to: int = 1, fp16: bool = False):")
+    src = modules["cupy_backend"].replace("def linear(self, x, w, pad_to: int = 0, fp16: bool = False,",
+                                          "def linear(self, x, w, pad_to: int = 1, fp16: bool = False,")
     src = src.replace("def graph_stats(self)", "def graph_statistics(self)")
     src = src.replace('kv_stores = ("bf16", "fp8")', "")
     assert src != modules["cupy_backend"]

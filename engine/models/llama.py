@@ -155,7 +155,7 @@ class Llama:
         o = b.attention(q, cache, li, rows.tables, rows.positions, rows.prompt, rows.window, rows.fp16).reshape(n, -1)
         if gate is not None:
             o = b.sigmoid_mul(o, gate)
-        o = b.linear(o, layer["o"], rows.pad_to, rows.fp16)
+        o = b.linear(o, layer["o"], rows.pad_to, rows.fp16, feeds_norm="o_bias" not in layer)
         return o + layer["o_bias"] if "o_bias" in layer else o
 
     def split_gate(self, q, n: int):
@@ -169,4 +169,4 @@ class Llama:
             g, u = gu[:, :half], gu[:, half:]
         else:
             g, u = b.linear(h, layer["gate"], rows.pad_to, rows.fp16), b.linear(h, layer["up"], rows.pad_to, rows.fp16)
-        return b.linear(b.silu_mul(g, u), layer["down"], rows.pad_to, rows.fp16)
+        return b.linear(b.silu_mul(g, u), layer["down"], rows.pad_to, rows.fp16, feeds_norm=True)

@@ -171,7 +171,7 @@ class Qwen3_5(Qwen3):
         else:
             o = b.deltanet_step(q, k, v, g, beta, rec, rows.lanes, W, stride, cache.logs[li])
         o = b.gated_rmsnorm(o, z.reshape(n, Hv, Dv), layer["gnorm"], c.rms_eps)
-        return b.linear(o.reshape(n, vd), layer["out"], rows.pad_to, rows.fp16)
+        return b.linear(o.reshape(n, vd), layer["out"], rows.pad_to, rows.fp16, feeds_norm=True)
 
     def split_qkv(self, x):
         """The post-conv rows [n, C] as q, k [n, Hk, Dk] and v [n, Hv, Dv]."""

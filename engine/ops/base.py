@@ -102,9 +102,11 @@ class Backend(Protocol):
         """NeoX RoPE on the first `rotary_dim` dims of every head: x [n, heads, head_dim]."""
 
     # --- linear ------------------------------------------------------------------------------
-    def linear(self, x: Array, w: Array, pad_to: int = 0, fp16: bool = False) -> Array:
+    def linear(self, x: Array, w: Array, pad_to: int = 0, fp16: bool = False, feeds_norm: bool = False) -> Array:
         """x [n, in] @ wᵀ; pad_to > 0 marks a prompt chunk of that fixed row count, whose products may
-        then round inputs and weights to fp16 (fp16; a backend without such a path computes exactly)."""
+        then round inputs and weights to fp16 (fp16; a backend without such a path computes exactly).
+        feeds_norm: the result's one use is the x of an `add_rmsnorm` (a backend may run the product
+        with the one that stages that norm; the numbers are the same)."""
 
     def concat(self, parts: list[Array], axis: int = -1) -> Array:
         """Concatenation of arrays along `axis` (column-wise by default: [n, k_i] parts)."""

@@ -57,7 +57,7 @@ import kernels.launch as K
 from . import cupy_graphs, cupy_weights
 from .cupy_drafters import DrafterOps
 from .cupy_landing import DeviceLanding
-from .cupy_lazy import Heads, Lazy, Normed, Residual, SiluMul, aligned_rows, unit_rows
+from .cupy_lazy import Heads, Lazy, Normed, Product, Residual, SiluMul, aligned_rows, unit_rows
 from .cupy_qwen3_5 import Qwen35Ops
 from .cupy_weights import QWeight
 
@@ -320,7 +320,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
     def add_rmsnorm(self, x, residual, w, eps: float):
         """(rmsnorm(x + residual) * w, x + residual), both pending until a product or an op needs them."""
         self._use()
-        normed = Normed(self, self._rows2d(x), self._rows2d(residual), w, eps)
+        normed = Normed(self, x if isinstance(x, Product) else self._rows2d(x), self._rows2d(residual), w, eps)
         return normed, Residual(normed)
 
     def silu_mul(self, gate, up):
@@ -360,13 +360,18 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         return Heads(self, x, cs=cs, half=rotary_dim // 2)
 
     # --- matrix products -------------------------------------------------------------------------
-    def linear(self, x, w, pad_to: int = 0, fp16: bool = False):
+    def linear(self, x, w, pad_to: int = 0, fp16: bool = False, feeds_norm: bool = False):
         """x [n, in] @ w^T. Every row has the same arithmetic whatever n is, so a prompt chunk needs
         no padding to `pad_to` rows: its rows come out as they would in any other batch. A pending
-        RMSNorm or SiLU-gate input is computed by the product as it stages its input."""
+        RMSNorm or SiLU-gate input is computed by the product as it stages its input. feeds_norm: a
+        4-16 row decode product is a `Product` until its norm's consumer (`_split_by_product`)."""
         self._use()
         if isinstance(w, QWeight):
-            return self._qlinear(x, w, pad_to if pad_to and fp16 and w.bits == 4 else 0)
+            chunk = pad_to if pad_to and fp16 and w.bits == 4 else 0
+            n = x.shape[0]
+            if feeds_norm and not chunk and K.qmv_splits_out(n, w.M, w.K, w.group, w.group):
+                return Product(lambda split_out: self._qlinear(x, w, 0, split_out), n, w.M, w.K, w.group)
+            return self._qlinear(x, w, chunk)
         x = self._rows2d(x)
         n = x.shape[0]
         y = cupy.empty((n, w.M), cupy.float32)
@@ -383,15 +388,16 @@ class CupyBackend(Qwen35Ops, DrafterOps):
                       hout=None if x.h_ready else x.h, ldh=w.K)
             if x.shape[0]:
                 x.h_ready = True
-            return x.x, kw
+            return self._m(x.x), kw
         if isinstance(x, SiluMul) and all(aligned_rows(a) for a in (x.g, x.u)):
             return x.g, dict(xm=1, x2=x.u, ldx2=x.u.strides[0] // 4)
         return self._rows2d(x), {}
 
-    def _qlinear(self, x, w: "QWeight", fp16_chunk: int = 0):
+    def _qlinear(self, x, w: "QWeight", fp16_chunk: int = 0, split_out=None):
         """qmv, or with fp16_chunk a prompt chunk's product on tensor cores in fp16: qgemm (the same
         arithmetic for every row of every chunk of that size) or, from K.CUBLAS_MIN_ROWS rows where
         `prompt_gemm` says so, cuBLAS over a dequantized copy (a row's bits follow the chunk's row count)."""
+        pieces = None if fp16_chunk else self._split_by_product(x, w)
         x, kw = self._staged(x, w)
         n = x.shape[0]
         y = cupy.empty((n, w.M), cupy.float32)
@@ -400,8 +406,25 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         elif n and fp16_chunk:
             K.qgemm(w.codes, w.sb, w.st, w.group, w.M, w.K, x, x.strides[0] // 4, y, n, fp16_chunk, **kw)
         elif n:
-            K.qmv(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, x, x.strides[0] // 4, y, n, **kw)
+            K.qmv(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, x, x.strides[0] // 4, y, n, **kw, pieces=pieces,
+                  split_out=split_out)
         return y
+
+    def _split_by_product(self, x, w: "QWeight"):
+        """The split input (K.xsplit_buffers) of a product of `Normed` rows whose x is a `Product` not
+        run yet, where this product would split its input once: that product runs now and writes it
+        (and the residual's h) as it reduces its rows. None elsewhere."""
+        p = x.x if isinstance(x, Normed) else None
+        if (not isinstance(p, Product) or p.launched or x.res is None or x.h_ready or x.w.shape != (w.K,)
+                or x.w.dtype != cupy.float32):
+            return None
+        n = x.shape[0]
+        if not (K.qmv_splits_x(n, w.M, w.K, 2) and K.qmv_splits_out(n, p.M, p.K, p.group, w.group)):
+            return None
+        pieces = K.xsplit_buffers(n, w.K, w.group, 2)
+        p.materialize((pieces, x.res, x.res.strides[0] // 4, x.w, x.h, w.K))
+        x.h_ready = True
+        return pieces
 
     def _w16_for(self, w: "QWeight"):
         need = w.M * K.padded_subgroups(w.K) * 32

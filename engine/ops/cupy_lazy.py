@@ -4,7 +4,9 @@
 kernels apply as they load the heads; `rmsnorm` / `add_rmsnorm` of rows return `Normed` (and its
 `Residual`) and `silu_mul` returns `SiluMul`, which the next quantized `linear` computes as it
 stages its input (qmv modes 2 and 1). Any other consumer materialises them, with the same
-arithmetic. This saves four launches a layer.
+arithmetic. This saves four launches a layer. A 4-16 row product that feeds such a norm is a
+`Product` until then: where the next product splits its input once (qmv_xsplit), it writes that
+split as it reduces its rows, one launch fewer.
 """
 from __future__ import annotations
 
@@ -95,7 +97,7 @@ class Normed(Lazy):
             n, H = self.shape
             y = cupy.empty((n, H), cupy.float32)
             if n:
-                x, r = self.x, self.res
+                x, r = self.x.materialize() if isinstance(self.x, Lazy) else self.x, self.res
                 K.rmsnorm(x, x.strides[0] // 4, r, 0 if r is None else r.strides[0] // 4, self.w, y,
                           None if r is None else self.h, H, self.eps, n)
             self.h_ready, self._out = True, y
@@ -105,6 +107,26 @@ class Normed(Lazy):
         if not self.h_ready:
             self.materialize()
         return self.h
+
+
+class Product(Lazy):
+    """A decode product (qmv, 4-16 rows, K in segments) whose one use is the x of an `add_rmsnorm`,
+    not launched yet: `launch(split_out)` runs it, with split_out None or the next product's input
+    split to write (launch.qmv's split_out)."""
+
+    def __init__(self, launch, n: int, M: int, K: int, group: int):
+        self.launch, self.M, self.K, self.group = launch, M, K, group
+        self.shape, self.dtype, self.ndim = (n, M), cupy.dtype(cupy.float32), 2
+        self._out = None
+
+    @property
+    def launched(self) -> bool:
+        return self._out is not None
+
+    def materialize(self, split_out=None):
+        if self._out is None:
+            self._out = self.launch(split_out)
+        return self._out
 
 
 class Residual(Lazy):

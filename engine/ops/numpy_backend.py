@@ -106,7 +106,8 @@ class NumpyBackend:
         return out
 
     # --- matrix products -----------------------------------------------------------------
-    def linear(self, x: np.ndarray, w: np.ndarray, pad_to: int = 0, fp16: bool = False) -> np.ndarray:
+    def linear(self, x: np.ndarray, w: np.ndarray, pad_to: int = 0, fp16: bool = False,
+               feeds_norm: bool = False) -> np.ndarray:
         """x [n, in] @ wᵀ. pad_to > 0: one GEMM of pad_to rows (a prompt chunk); 0: row by row. Always
         float32 (fp16 is the GPU's option)."""
         if pad_to:
