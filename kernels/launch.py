@@ -104,8 +104,9 @@ def qmv_splits_x(nrows: int, M: int, K: int, xm: int) -> bool:
 
 def qmv_splits_out(nrows: int, M: int, K: int, group: int, group2: int) -> bool:
     """Whether qmv can write the split input of a norm-staged next product (`split_out`): the last
-    block of each 128 columns has the reduced rows, so K must be in 2+ segments; up to 16 rows (the
-    staging buffer holds them); the next product's groups the same size."""
+    block of each 128 columns has the reduced rows, so K must be in 2+ segments; 4-16 rows (where the
+    next product splits its input once, and that block's serial split stays short; measured at 8);
+    the next product's groups the same size."""
     return 4 <= nrows <= 16 and qmv_split(M, K)[1] > 1 and group == group2 and M % 8 == 0
 
 
