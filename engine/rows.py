@@ -24,6 +24,9 @@ class Rows:
     # Decode rows whose tokens `choose` will be asked for with these (params, positions): a backend may
     # choose them inside the step (the CUDA graph samples on the device) and hand them to `choose`.
     choose: tuple[list, list[int]] | None = None
+    # Decode rows that feed the tokens the step before chose on the device (`Backend.chosen`, the
+    # scheduler's run-ahead): `tokens` is then a placeholder.
+    fed: object = None
 
     def __post_init__(self) -> None:
         self.tokens = np.ascontiguousarray(self.tokens, dtype=np.int32)

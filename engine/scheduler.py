@@ -6,6 +6,9 @@ whatever else runs. The scheduler deals in ids, lanes and rows; each sequence's 
 its ids into text. Runs on the engine thread (or the caller's, for the CLI and the gates): no
 locking here. Pool pressure: `pausing` says who waits and who pauses (to host memory, exactly).
 
+Run-ahead (engine/run_ahead.py, a GPU's graphs): while the same streams decode step after step, the
+next step is queued on the tokens the device chose before the host reads them.
+
 Errors: a piece of a step that raises fails only the streams it computed for; a batched decode
 step that raises is run again one row at a time (each row's recurrent state put back by
 `state_checkpoints`), so only the stream that raises alone fails. An error the backend calls a lost
@@ -30,6 +33,7 @@ from .ops.base import Backend
 from .plan import Plan
 from .prompt_cache import PromptCache
 from .rows import Rows
+from .run_ahead import Ahead, RunAhead
 from .settings import EngineSettings, SamplingParams
 from .state_checkpoints import StateCheckpoints
 from .textstream import TextStream
@@ -112,6 +116,10 @@ class Scheduler:
         # Called with the rows of every forward once it ran (cache and state written), before its
         # tokens are chosen; what it raises, the forward raised (the fault-injection hook).
         self.after_forward: Callable[[Rows], None] | None = None
+        # Steady decode runs ahead where the backend overlaps; a public switch for tests (the CPU's
+        # order of work is the same either way) and the bench's A/B.
+        self.run_ahead = backend.overlaps
+        self.ahead = RunAhead(self)
 
     def warm_decode(self) -> int:
         """Every decode step shape of up to the plan's streams prepared now (graphs captured on the
@@ -132,6 +140,7 @@ class Scheduler:
             seq.on_event(Queued(seq.id, len(self.waiting) - 1))
 
     def cancel(self, rid: int, reason: str = "cancelled") -> None:
+        self.ahead.drain()
         self._settle()
         for seq in list(self.waiting):
             if seq.id == rid:
@@ -142,6 +151,7 @@ class Scheduler:
                 self._finish(seq, reason)
 
     def cancel_all(self, reason: str = "cancelled") -> None:
+        self.ahead.drain()
         self._settle()
         for seq in list(self.waiting) + list(self.active):
             self.cancel(seq.id, reason)
@@ -155,6 +165,9 @@ class Scheduler:
         """Raises DeviceLostError when the backend lost its device (every stream is then lost).
         While a prompt chunk runs, streams that are decoding take steps beside it; anything else
         (admission, pauses, the next chunk) waits for it."""
+        if self.ahead.step():
+            return
+        self.ahead.drain()
         if self._reading and self.verifier is None and self.b.prompt_pending():
             ready = self._ready()
             if ready:
@@ -296,10 +309,27 @@ class Scheduler:
             return self.verifier.step(seqs)
         rows = self._rows(seqs, False)
         rows.choose = self._choice(seqs)
-        tokens = self.b.choose(self.run_decode(rows), *rows.choose)
+        logits = self.run_decode(rows)
+        chosen = self.b.chosen(logits, *rows.choose)
+        if chosen is None:
+            return self.apply(seqs, self.b.choose(logits, *rows.choose))
+        queued = self.ahead.after(seqs, chosen)
+        self.apply(seqs, self.b.take(chosen, None if queued else logits), queued)
+
+    def apply(self, seqs: list[Sequence], tokens: list[int], queued: Ahead | None = None, void=()) -> None:
+        """A decode step's tokens to its streams (not to those that left since, nor to `void` rows).
+        A stream that stops, or gets no token (-1: too many ties for the device, and its logits are
+        gone), has a void row in the step `queued` after it; the -1's position is computed again."""
         for seq, tok in zip(seqs, tokens):
-            seq.computed += 1
-            self._append(seq, tok)
+            if seq.id in void or seq not in self.active:
+                continue
+            if tok < 0:
+                self.ahead.tie = True
+            else:
+                seq.computed += 1
+                self._append(seq, tok)
+            if queued is not None and (tok < 0 or seq not in self.active):
+                queued.void.add(seq.id)
 
     def run_decode(self, rows: Rows):
         """One decode forward (plain rows or verify windows), timed for the step observer."""
@@ -326,7 +356,7 @@ class Scheduler:
         try:
             self._decode(seqs)
         except Exception as e:
-            self._raise_if_lost(e)
+            self.raise_if_lost(e)
             traceback.print_exc()
             for seq, n in zip(seqs, before):
                 if seq in self.active and seq.computed == n:
@@ -394,14 +424,14 @@ class Scheduler:
         try:
             done = fn(*args)
         except Exception as e:
-            self._raise_if_lost(e)
+            self.raise_if_lost(e)
             traceback.print_exc()
             for seq in seqs:
                 self.fail(seq, f"engine error: {type(e).__name__}: {e}")
             return True
         return done is not False
 
-    def _raise_if_lost(self, e: Exception) -> None:
+    def raise_if_lost(self, e: Exception) -> None:
         if isinstance(e, DeviceLostError):
             raise e
         if self.b.device_lost(e):

@@ -261,6 +261,40 @@ def test_decode_graphs_are_captured_at_start_and_replayed(gb):
 
 
 @gpu_test
+@pytest.mark.parametrize("name", ["smollm2-135m", "llama3-8b-2l"])
+def test_steps_run_ahead_on_device_tokens_and_change_none(gb, name):
+    """Steady decode queues each step on the tokens the graph before chose (engine/run_ahead.py):
+    greedy and sampled streams, one ending at a length limit and one at a stop string (a row past its
+    end), get the tokens and text they get with every step read before the next."""
+    from engine.engine import run_to_end
+    from engine.scheduler import Sequence
+    model = MODELS[name]()
+    prompts = [[1] + list(np.random.default_rng(20 + i).integers(16, 272, 10 + 23 * i)) for i in range(4)]
+
+    def run(ahead: bool, stop=()):
+        sched = scheduler(model, gb, parallel=4, paging="all", page_tokens=16)
+        sched.run_ahead = ahead
+        fed = []
+        sched.after_forward = lambda rows: fed.append(rows.fed is not None)
+        params = [SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, stop=list(stop)),
+                  SamplingParams(temperature=0, max_tokens=11, ignore_eos=True),
+                  SamplingParams(temperature=1.0, top_k=40, top_p=0.95, seed=5, max_tokens=24, ignore_eos=True),
+                  SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)]
+        seqs = [Sequence(i, list(p), len(p), q, lambda e: None, TextStream(sched.tok.stream(), []))
+                for i, (p, q) in enumerate(zip(prompts, params))]
+        done = run_to_end(sched, seqs)
+        return [(q.tokens, done[q.id].text, done[q.id].reason) for q in seqs], sum(fed)
+
+    plain, fed = run(False)
+    assert fed == 0 and plain[0][2] == "length"
+    stop = plain[0][1][len(plain[0][1]) // 2:][:2]
+    plain, _ = run(False, [stop])
+    ahead, fed = run(True, [stop])
+    assert plain[0][2] == "stop" and fed > 15
+    assert ahead == plain
+
+
+@gpu_test
 def test_plan_that_does_not_fit_is_refused_before_allocation(gb):
     free = gb.free_memory()
     with pytest.raises(PlanError, match="memory-gib"):

@@ -150,6 +150,19 @@ class Backend(Protocol):
     def choose(self, logits: Array, params: list[SamplingParams], positions: list[int]) -> list[int]:
         """A token per row: greedy by argmax (lowest index on ties), sampled keyed by (seed, position)."""
 
+    # Whether a decode step can run on the tokens the step before chose, before the host has read
+    # them (`chosen`, `Rows.fed`): a GPU's graphs can; the CPU computes in order and gains nothing.
+    overlaps: bool
+
+    def chosen(self, logits: Array, params: list[SamplingParams], positions: list[int]) -> Any:
+        """The tokens a decode step with `Rows.choose` chose for `logits` as `choose` would, as a handle
+        (copy back begun) that `take` reads and `Rows.fed` feeds to the next step; None where the step
+        did not choose every row itself (then `choose` of the logits)."""
+
+    def take(self, chosen: Any, logits: Array | None) -> list[int]:
+        """The tokens of a `chosen` handle. A row the device could not choose (too many ties) is
+        sampled from `logits`, or -1 when logits is None (a later step has overwritten them)."""
+
     def warm_decode(self, model: Any, cache: Cache, width: int, streams: int,
                     shapes: list[tuple[int, bool, tuple]]) -> int:
         """Prepare every decode step shape up to `streams` streams now (start-up), not at a stream's

@@ -549,16 +549,35 @@ class CupyBackend(Qwen35Ops, DrafterOps):
                        np.float64).reshape(len(params), 3)
         return mode, np.where(mode == 0, -1, mode).astype(np.int32), par
 
-    def _finish_choice(self, logits, params: list[SamplingParams], positions: list[int], out, mode) -> list[int]:
-        """The kernel's tokens back in one copy; the rows it could not take (mode 0, or too many ties
-        at the threshold) sampled on the host."""
-        toks = self.to_host(out[:len(params)]).tolist()
+    def _finish_choice(self, logits, params: list[SamplingParams], positions: list[int], out, mode,
+                       toks: list[int] | None = None) -> list[int]:
+        """The kernel's tokens (toks, or `out` back in one copy); the rows it could not take (mode 0,
+        or too many ties at the threshold) sampled on the host."""
+        toks = self.to_host(out[:len(params)]).tolist() if toks is None else toks
         host = [i for i, p in enumerate(params) if mode[i] == 0 or toks[i] < 0]
         if host:
             logits = self._rows2d(logits)
         for i in host:
             toks[i] = sample(self.to_host(logits[i]), params[i], positions[i])
         return toks
+
+    @property
+    def overlaps(self) -> bool:
+        return self.graphs
+
+    def chosen(self, logits, params: list[SamplingParams], positions: list[int]):
+        c = self._chosen
+        if c is None or c[0] is not logits or c[1] != (params, positions) or (c[3] == 0).any():
+            return None
+        self._chosen = None
+        return cupy_graphs.Chosen(c[2], self.stream, params, positions)
+
+    def take(self, chosen, logits) -> list[int]:
+        toks = chosen.tokens()
+        if logits is None or min(toks, default=0) >= 0:
+            return toks
+        mode = np.full(len(toks), -1, np.int32)  # every row was the kernel's (`chosen`)
+        return self._finish_choice(logits, chosen.params, chosen.positions, None, mode, toks)
 
     # --- CUDA-graph decode -------------------------------------------------------------------------
     def decode_step(self, model: Any, rows: Rows, cache: Cache):

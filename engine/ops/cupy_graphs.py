@@ -6,7 +6,8 @@ verify window, so a drafter's k gives one more shape per batch size) with rows t
 cache's scratch page and scratch state slot; tokens, positions, lanes and page tables are copied into
 device buffers of that batch size, and the graph captured for it replays. A plain step's graph ends
 with the sampling kernel (its mode and parameters are inputs too), so the step's tokens need no
-launch of their own, only the copy back. The engine captures every
+launch of their own, only the copy back (`Chosen`: into page-locked memory, waited for alone, so a
+step fed those tokens on the device can be queued first: the scheduler's run-ahead). The engine captures every
 size up to its streams at start (`warm`); a size first met in a step runs eagerly, then captures.
 A graph holds the addresses of one cache's arrays, so graphs are kept per cache object and die with
 it. Their intermediates come from one memory pool of their own.
@@ -33,6 +34,7 @@ from .cupy_lazy import Lazy
 
 try:  # the import is only attempted when get_backend chose the CuPy backend
     import cupy
+    import cupyx
 except Exception as e:  # pragma: no cover - get_backend reports why first
     raise BackendError(f"CuPy is not usable ({type(e).__name__}: {e})") from None
 
@@ -50,8 +52,10 @@ class GraphEntry:
         self.B, self.W, self.sampled = B, W, sampled
         self.mode_at = B * (3 + W)  # int32 offsets: the sampling modes after the page tables, then the
         self.par_at = (self.mode_at + B + 1) // 2 * 2  # float64 parameters, 8-byte aligned
-        self.host = np.zeros(self.par_at + 6 * B, np.int32)
-        self.dev = cupy.zeros(self.host.size, cupy.int32)
+        # page-locked, so the copy up never waits for the steps queued before it; two, taken in turn,
+        # so a step filled while the one before is queued never rewrites the buffer it still reads
+        self.hosts = [cupyx.zeros_pinned(self.par_at + 6 * B, np.int32) for _ in range(2)]
+        self.dev = cupy.zeros(self.hosts[0].size, cupy.int32)
         self.graph = None
         self.out = None
         self.tokens = None  # a sampling graph's chosen tokens [B]
@@ -65,6 +69,27 @@ class GraphEntry:
     def sampling_views(self):
         B, d = self.B, self.dev
         return d[self.mode_at:self.mode_at + B], d[self.par_at:self.par_at + 6 * B].view(cupy.float64)
+
+    def next_host(self) -> np.ndarray:
+        self.hosts.reverse()
+        return self.hosts[0]
+
+
+class Chosen:
+    """The tokens a sampling graph chose for its first n rows: `device` (the graph's, valid until its
+    next replay) and their copy back into page-locked memory, begun at once and waited for alone."""
+
+    def __init__(self, device, stream, params: list, positions: list[int]):
+        self.device, self.params, self.positions = device, params, positions
+        self.host = cupyx.empty_pinned(device.size, np.int32)
+        cupy.cuda.runtime.memcpyAsync(self.host.ctypes.data, device.data.ptr, device.nbytes,
+                                      cupy.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+        self.done = cupy.cuda.Event(disable_timing=True)
+        self.done.record(stream)
+
+    def tokens(self) -> list[int]:
+        self.done.synchronize()
+        return self.host.tolist()
 
 
 class DecodeGraphs:
@@ -80,20 +105,25 @@ class DecodeGraphs:
         """One decode forward of `rows`, padded to a power-of-two batch and replayed from a graph:
         (logits, tokens). With `sampling` (the sampling kernel's mode and parameters per row) a plain
         step's graph also chooses the rows' tokens (device int32 [n]); else, or when the step ran
-        eagerly, tokens is None."""
+        eagerly, tokens is None. `rows.fed` (a `Chosen` of this shape's graph) gives the tokens."""
         n = len(rows)
         B = padded_rows(n // rows.window, rows.window)
-        if B > MAX_GRAPH_ROWS:
-            return model.forward(rows, cache), None
         W = rows.tables.shape[1]
         per_cache = self._per_cache.setdefault(cache, {})
         key = _key(model, rows, B)
         entry = per_cache.get(key)
+        if rows.fed is not None and (entry is None or entry.graph is None):
+            raise BackendError("a decode step fed device-chosen tokens replays its shape's captured graph")
+        if B > MAX_GRAPH_ROWS:
+            return model.forward(rows, cache), None
         if entry is None:
             entry = per_cache[key] = GraphEntry(B, W, samples(rows))
         if entry.failed:
             return model.forward(rows, cache), None
         self._fill(entry, rows, cache, sampling)
+        if rows.fed is not None:  # after the fill; a -1 (a row the sampler left to the host) feeds 0: its row is void
+            with self.stream:
+                cupy.maximum(rows.fed.device, 0, out=entry.dev[:n])
         if entry.graph is not None:
             # an untraced replay builds no label
             traced = trace.replay(_label(B, rows.window), entry.names, self.stream) if trace.active() else nullcontext()
@@ -132,7 +162,7 @@ class DecodeGraphs:
     def _fill(self, entry: GraphEntry, rows: Rows, cache: Cache, sampling) -> None:
         """The graph's input buffers: `rows`, then padding rows on the scratch page and state slot;
         the sampling kernel's modes and parameters where given (padding rows take its greedy path)."""
-        B, W, n, h = entry.B, entry.W, len(rows), entry.host
+        B, W, n, h = entry.B, entry.W, len(rows), entry.next_host()
         h[:] = 0
         h[:n] = rows.tokens
         h[B:B + n] = rows.positions

@@ -207,12 +207,22 @@ class NumpyBackend:
     # --- heads ----------------------------------------------------------------------------
     def decode_step(self, model: Any, rows: Rows, cache: Cache) -> np.ndarray:
         """One decode forward (no graphs here, so no padding rows and no use for the scratch page)."""
+        if rows.fed is not None:
+            rows.tokens = np.asarray(rows.fed, np.int32)
         return model.forward(rows, cache)
 
     def choose(self, logits: np.ndarray, params: list[SamplingParams], positions: list[int]) -> list[int]:
         """A token per row: greedy by argmax, sampled rows keyed by (seed, absolute position)."""
         return [int(np.argmax(row)) if p.greedy else sample(row, p, pos)
                 for row, p, pos in zip(logits, params, positions)]
+
+    overlaps = False  # one thread computes in order: a step launched ahead would only wait
+
+    def chosen(self, logits: np.ndarray, params: list[SamplingParams], positions: list[int]) -> list[int]:
+        return self.choose(logits, params, positions)  # the host's tokens are their own handle
+
+    def take(self, chosen: list[int], logits: np.ndarray | None) -> list[int]:
+        return list(chosen)
 
     def warm_decode(self, model: Any, cache: Cache, width: int, streams: int,
                     shapes: list[tuple[int, bool, tuple]]) -> int:
