@@ -350,6 +350,9 @@ def parser() -> argparse.ArgumentParser:
                         "one verify window (with --drafter) and one prompt chunk (GPU)")
     b.add_argument("--no-pdl", action="store_true",
                    help="graphs without programmatic dependent launches (GPU; the A/B of kernels/pdl.py)")
+    b.add_argument("--no-run-ahead", action="store_true",
+                   help="every decode step's tokens read before the next is queued (GPU; the A/B of "
+                        "engine/run_ahead.py)")
     b.add_argument("--double", type=regex_arg, metavar="REGEX",
                    help="launch the decode graphs' kernels whose names match REGEX twice: the step's growth is "
                         "their cost on its critical path (GPU; kernels whose second run repeats the first)")

@@ -293,9 +293,11 @@ def step_stats(cell: Cell, bench: Bench, rows: int, bw: float) -> Cell:
     return cell
 
 
-def ready_scheduler(runner: Runner, s: EngineSettings) -> Scheduler:
-    """A scheduler with every decode graph captured, as the engine starts one: no cell times a capture."""
+def ready_scheduler(runner: Runner, s: EngineSettings, run_ahead: bool = True) -> Scheduler:
+    """A scheduler with every decode graph captured, as the engine starts one: no cell times a capture.
+    run_ahead False: each step's tokens read before the next is queued (--no-run-ahead)."""
     sched = runner.scheduler(s)
+    sched.run_ahead = sched.run_ahead and run_ahead
     sched.warm_decode()
     return sched
 
@@ -373,7 +375,7 @@ def main(a) -> int:
     b, cfg = runner.backend, runner.loaded.config
     if getattr(a, "prompt_gemm", "auto") != "auto" and b.name == "cupy":
         b.prompt_gemm = a.prompt_gemm
-    sched = ready_scheduler(runner, s)
+    sched = ready_scheduler(runner, s, not getattr(a, "no_run_ahead", False))
     s = sched.s  # the backend's prefill chunk filled in
     bw = copy_bandwidth(b)
     wbytes = step_weight_bytes(runner.model, 0)
@@ -428,7 +430,7 @@ def main(a) -> int:
                 sched = None  # its cache's memory goes to the drafted run's, then back
                 cells.append(drafted_cell(bench, drafted, msgs, params, seqs, cells[-1], log,
                                           window_profiles if getattr(a, "profile", False) else None))
-                sched = ready_scheduler(runner, s)
+                sched = ready_scheduler(runner, s, not getattr(a, "no_run_ahead", False))
                 bench.timed_decode(sched)
     S = getattr(a, "interleave", 0)
     if S and lengths:
