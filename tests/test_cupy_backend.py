@@ -280,7 +280,7 @@ def test_steps_run_ahead_on_device_tokens_and_change_none(gb, name):
                   SamplingParams(temperature=0, max_tokens=11, ignore_eos=True),
                   SamplingParams(temperature=1.0, top_k=40, top_p=0.95, seed=5, max_tokens=24, ignore_eos=True),
                   SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)]
-        seqs = [Sequence(i, list(p), len(p), q, lambda e: None, TextStream(sched.tok.stream(), []))
+        seqs = [Sequence(i, list(p), len(p), q, lambda e: None, TextStream(sched.tok.stream(), q.stop))
                 for i, (p, q) in enumerate(zip(prompts, params))]
         done = run_to_end(sched, seqs)
         return [(q.tokens, done[q.id].text, done[q.id].reason) for q in seqs], sum(fed)
