@@ -53,8 +53,10 @@ class GraphEntry:
         self.mode_at = B * (3 + W)  # int32 offsets: the sampling modes after the page tables, then the
         self.par_at = (self.mode_at + B + 1) // 2 * 2  # float64 parameters, 8-byte aligned
         # page-locked, so the copy up never waits for the steps queued before it; two, taken in turn,
-        # so a step filled while the one before is queued never rewrites the buffer it still reads
+        # so a step filled while the one before is queued never rewrites the buffer it still reads;
+        # each with the event of its last copy up (a state replay queues many steps unread)
         self.hosts = [cupyx.zeros_pinned(self.par_at + 6 * B, np.int32) for _ in range(2)]
+        self.copied = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
         self.dev = cupy.zeros(self.hosts[0].size, cupy.int32)
         self.graph = None
         self.out = None
@@ -71,8 +73,16 @@ class GraphEntry:
         return d[self.mode_at:self.mode_at + B], d[self.par_at:self.par_at + 6 * B].view(cupy.float64)
 
     def next_host(self) -> np.ndarray:
+        """The input buffer to fill next, once its last copy up has run."""
         self.hosts.reverse()
+        self.copied.reverse()
+        self.copied[0].synchronize()
         return self.hosts[0]
+
+    def upload(self, stream) -> None:
+        """Copy the buffer `next_host` gave up to the device, on `stream`."""
+        self.dev.set(self.hosts[0], stream=stream)
+        self.copied[0].record(stream)
 
 
 class Chosen:
@@ -176,7 +186,7 @@ class DecodeGraphs:
         if sampling is not None:
             mode[:n] = sampling[0]
             h[entry.par_at:entry.par_at + 6 * n] = sampling[1].reshape(-1).view(np.int32)
-        entry.dev.set(h, stream=self.stream)
+        entry.upload(self.stream)
 
     def stats(self) -> GraphStats:
         captured = sum(1 for per in self._per_cache.values() for e in per.values() if e.graph is not None)
