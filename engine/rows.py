@@ -25,8 +25,10 @@ class Rows:
     # choose them inside the step (the CUDA graph samples on the device) and hand them to `choose`.
     choose: tuple[list, list[int]] | None = None
     # Decode rows that feed the tokens the step before chose on the device (`Backend.chosen`, the
-    # scheduler's run-ahead): `tokens` is then a placeholder.
+    # scheduler's run-ahead): `tokens` then flags the rows whose stream a fed token of `ends` ends
+    # (1; 0 where it ignores EOS). Such a row steps no recurrent state: its lane is voided (-1).
     fed: object = None
+    ends: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         self.tokens = np.ascontiguousarray(self.tokens, dtype=np.int32)

@@ -1,11 +1,13 @@
 """Run-ahead decode: while the same streams decode step after step, the next step is queued on the
 tokens the device chose (`Backend.chosen`, `Rows.fed`) before the host reads them, so the device does
-not wait for the host's work between steps (60-110 µs a step on an H100: 2-4 % of a decode step).
+not wait for the host's work between steps (60-110 µs a step on an H100: 2-5 % of a decode step).
 
-Only for models without recurrent state. A stream that stops on EOS or a stop string has then fed one
-row past its end: K/V at a position nothing reads before it is written again, where a DeltaNet state
-would have moved on. A row the device could not choose (-1: too many ties) feeds token 0; that row is
-void, and the stream's position is computed again by a plain step, from logits of its own.
+A stream that stops has then fed one row past its end. Its K/V there sit at a position nothing reads
+before it is written again; its recurrent state must not move on. So a row fed one of the tokenizer's
+end tokens (EOS, unless the stream ignores it) is voided on the device (`Rows.ends`: lane -1), and the
+streams of a hybrid model with stop strings, which only the host sees, do not run ahead. A hybrid
+model's queued step refreshes the state checkpoints that are due; where its launch raises, its streams'
+states come back from them before their next step (`Scheduler.stale`).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 @dataclass
 class Ahead:
     """A decode step queued on device-chosen tokens: its streams, their tokens (`Backend.chosen`), and
-    the ids of the streams whose row is void (they stopped, or the step before gave them no token)."""
+    the ids of the streams whose row is void (they stopped in the step before)."""
     seqs: list
     chosen: object
     void: set[int] = field(default_factory=set)
@@ -35,13 +37,11 @@ class RunAhead:
     def __init__(self, sched: Scheduler):
         self.s = sched
         self.queued: Ahead | None = None  # its tokens not read yet
-        self.tie = False  # a row the device could not choose: the next plain step reads its own logits
 
     def after(self, seqs: list[Sequence], chosen) -> Ahead | None:
         """A plain decode step of `seqs` chose `chosen` on the device: queue the next one now, where it
-        may run ahead (not after a tie: that row is chosen from this step's logits, kept intact)."""
-        tie, self.tie = self.tie, False
-        self.queued = None if tie else self._launch(seqs, chosen)
+        may run ahead."""
+        self.queued = self._launch(seqs, chosen)
         return self.queued
 
     def step(self) -> bool:
@@ -54,7 +54,7 @@ class RunAhead:
         if nxt is None:
             return False
         self.queued = nxt
-        self.s.apply(a.seqs, self.s.b.take(a.chosen, None), nxt, a.void)
+        self.s.apply(a.seqs, self.s.b.take(a.chosen), nxt, a.void)
         return True
 
     def drain(self) -> None:
@@ -62,15 +62,17 @@ class RunAhead:
         decode (admission, prompt chunks, cancels) changes the streams."""
         a, self.queued = self.queued, None
         if a is not None:
-            self.s.apply(a.seqs, self.s.b.take(a.chosen, None), None, a.void)
+            self.s.apply(a.seqs, self.s.b.take(a.chosen), None, a.void)
 
     def _may(self, seqs: list[Sequence]) -> bool:
         """Whether the step after the one queued for `seqs` (tokens not read) is theirs alone again:
-        nothing else to admit or read, none of them at its length limit, a page for each."""
+        nothing else to admit or read, none of them at its length limit or with a state to put back,
+        no stop strings for a hybrid model's state, a page for each."""
         s = self.s
-        return (s.run_ahead and not s.cache.stateful and s.verifier is None and not s.waiting and not s._reading
-                and not self.tie and len(seqs) == len(s.active)
-                and all(q.generated + 1 < q.params.max_tokens and len(q.tokens) + 1 < s.s.context for q in seqs)
+        return (s.run_ahead and s.verifier is None and not s.waiting and not s._reading
+                and len(seqs) == len(s.active)
+                and all(q.generated + 1 < q.params.max_tokens and len(q.tokens) + 1 < s.s.context
+                        and q.id not in s.stale and not (s.cache.stateful and q.params.stop) for q in seqs)
                 and all(s.lanes.ensure(q.lane, q.computed + 2) for q in seqs))
 
     def _launch(self, seqs: list[Sequence], chosen) -> Ahead | None:
@@ -80,14 +82,19 @@ class RunAhead:
         if not self._may(seqs):
             return None
         s = self.s
-        rows = Rows(np.zeros(len(seqs)), np.array([q.computed + 1 for q in seqs]),
+        ends = [0 if q.params.ignore_eos else 1 for q in seqs]  # the rows an end token voids
+        rows = Rows(np.array(ends), np.array([q.computed + 1 for q in seqs]),
                     np.stack([s.lanes.table(q.lane) for q in seqs]), np.array([q.lane.index for q in seqs]), False)
-        rows.fed = chosen
+        rows.fed, rows.ends = chosen, tuple(sorted(s.tok.eos_ids))
         rows.choose = [q.params for q in seqs], [len(q.tokens) + 1 for q in seqs]
         try:
+            if s.cache.stateful:
+                s.checkpoints.keep(seqs, ahead=1)
             nxt = s.b.chosen(s.run_decode(rows), *rows.choose)
         except Exception as e:
             s.raise_if_lost(e)
+            if s.cache.stateful:
+                s.stale.update(q.id for q in seqs)
             return None
         if nxt is None:  # the parameters are the step before's: its rows were all the device's
             raise RuntimeError("a decode step queued ahead did not choose its tokens on the device")

@@ -120,6 +120,9 @@ class Scheduler:
         # order of work is the same either way) and the bench's A/B.
         self.run_ahead = backend.overlaps
         self.ahead = RunAhead(self)
+        # Streams whose recurrent state a step queued ahead may have moved when its launch raised: put
+        # back from their checkpoint before their next step.
+        self.stale: set[int] = set()
 
     def warm_decode(self) -> int:
         """Every decode step shape of up to the plan's streams prepared now (graphs captured on the
@@ -314,21 +317,17 @@ class Scheduler:
         if chosen is None:
             return self.apply(seqs, self.b.choose(logits, *rows.choose))
         queued = self.ahead.after(seqs, chosen)
-        self.apply(seqs, self.b.take(chosen, None if queued else logits), queued)
+        self.apply(seqs, self.b.take(chosen), queued)
 
     def apply(self, seqs: list[Sequence], tokens: list[int], queued: Ahead | None = None, void=()) -> None:
         """A decode step's tokens to its streams (not to those that left since, nor to `void` rows).
-        A stream that stops, or gets no token (-1: too many ties for the device, and its logits are
-        gone), has a void row in the step `queued` after it; the -1's position is computed again."""
+        A stream that stops has a void row in the step `queued` after it."""
         for seq, tok in zip(seqs, tokens):
             if seq.id in void or seq not in self.active:
                 continue
-            if tok < 0:
-                self.ahead.tie = True
-            else:
-                seq.computed += 1
-                self._append(seq, tok)
-            if queued is not None and (tok < 0 or seq not in self.active):
+            seq.computed += 1
+            self._append(seq, tok)
+            if queued is not None and seq not in self.active:
                 queued.void.add(seq.id)
 
     def run_decode(self, rows: Rows):
@@ -349,6 +348,10 @@ class Scheduler:
         """A batched decode step; if it raises, the streams it had not yet given a token get their
         recurrent state back (`StateCheckpoints`) and run again one at a time, so only the stream
         that raises alone fails."""
+        for seq in [q for q in seqs if q.id in self.stale]:
+            self.stale.discard(seq.id)
+            self._guarded([seq], self.checkpoints.restore, seq, seq.computed, self._replay)
+        seqs = [q for q in seqs if q in self.active]
         if len(seqs) == 1:
             return self._guarded(seqs, self._decode, seqs)
         before = [q.computed for q in seqs]
@@ -363,8 +366,12 @@ class Scheduler:
                     self._guarded([seq], self._decode_again, seq, n)
 
     def _decode_again(self, seq: Sequence, n: int) -> None:
-        self.checkpoints.restore(seq, n, lambda rows: self.b.decode_step(self.model, rows, self.cache))
+        self.checkpoints.restore(seq, n, self._replay)
         self._decode([seq])
+
+    def _replay(self, rows: Rows):
+        """A decode forward that puts recurrent state back (`StateCheckpoints.restore`)."""
+        return self.b.decode_step(self.model, rows, self.cache)
 
     def _choose(self, logits, seqs: list[Sequence]) -> list[int]:
         return self.b.choose(logits, *self._choice(seqs))
@@ -388,6 +395,7 @@ class Scheduler:
             self._finish(seq, "length")
 
     def _finish(self, seq: Sequence, reason: str) -> None:
+        self.stale.discard(seq.id)
         if seq in self.active:
             if seq.snapshot_at_end:
                 self.snapshots[seq.id] = self._snapshot(seq)

@@ -27,16 +27,17 @@ class StateCheckpoints:
         self.copies = 0  # lanes copied aside so far (tests and benches read these two)
         self.replayed = 0  # decode rows run again to put states back
 
-    def keep(self, seqs: list) -> None:
-        """Before a batched step: refresh the saved slots of the streams that are due, in one copy."""
+    def keep(self, seqs: list, ahead: int = 0) -> None:
+        """Before a batched step: refresh the saved slots of the streams that are due, in one copy.
+        `ahead`: steps queued before it whose tokens are not applied yet (their states are the ones saved)."""
         if not self.cache.stateful:
             return
-        due = [q for q in seqs if self._replay_from(q) is None]
+        due = [q for q in seqs if self._replay_from(q, q.computed + ahead) is None]
         if due:
             self.cache.checkpoint([q.lane.index for q in due])
             self.copies += len(due)
             for q in due:
-                self._at[q.lane.index] = (q, q.computed)
+                self._at[q.lane.index] = (q, q.computed + ahead)
 
     def restore(self, seq, end: int, run: Callable[[Rows], object]) -> None:
         """Bring `seq`'s lane state back to position `end`: its saved slot, then `run` (a decode

@@ -93,3 +93,18 @@ extern "C" __global__ void __launch_bounds__(256) copy_slots(const u64* __restri
     for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < n; i += step) d[i] = s[i];
   }
 }
+
+// The tokens one decode graph chose fed into the next one's inputs d (tokens [B], positions [B], lanes
+// [B], ...): a row flagged in its token slot whose token ends its stream (one of ends[0..ne)) gets lane
+// -1, so it steps no recurrent state past the stream's end (run-ahead decode). grid = ceil(n / 256).
+extern "C" __global__ void __launch_bounds__(256) feed_rows(const int* __restrict__ fed, int* __restrict__ d,
+                                                           int B, int n, const int* __restrict__ ends, int ne) {
+  const int i = blockIdx.x * 256 + threadIdx.x;
+  if (i >= n) return;
+  const int t = fed[i];
+  bool end = false;
+  if (d[i] != 0)
+    for (int e = 0; e < ne; ++e) end |= t == ends[e];
+  d[i] = t;
+  if (end) d[2 * B + i] = -1;
+}

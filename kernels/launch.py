@@ -338,12 +338,18 @@ def copy_slots(src, dst, sizes, sslots, dslots, pairs: int, arrays: int, largest
     f((blocks, pairs, arrays), (256,), (src, dst, sizes, sslots, dslots))
 
 
+def feed_rows(fed, d, B: int, n: int, ends, ne: int):
+    """A decode graph's chosen tokens fed into the next graph's inputs d (tokens, positions, lanes, ...):
+    rows flagged in d's token slots whose fed token is one of `ends` get lane -1 (elementwise.cu)."""
+    f = function("elementwise.cu", "feed_rows")
+    f((max(1, -(-n // 256)),), (256,), (fed, d, i32(B), i32(n), ends, i32(ne)))
+
+
 SAMPLE_MAX_K = 1024  # the largest top-k the device sampler takes (sampling.cu's cdf array)
 
 
 def sample(x, ldx: int, V: int, mode, par, out, rows: int):
-    """out[r] = the token of row r: mode -1 argmax, else top-k = mode with par (T, top_p, u); -1 where
-    the row's threshold ties exceed the kernel's candidate room."""
+    """out[r] = the token of row r: mode -1 argmax, else top-k = mode with par (T, top_p, u)."""
     f = function("sampling.cu", "sample_rows")
     f((rows,), (1024,), (x, i64(ldx), i32(V), mode, par, out))
 
@@ -477,7 +483,7 @@ def variants() -> list[tuple[str, str]]:
     qgemm = ["%s<%d, %d>" % (k, group // 32, st) for k in ("qgemm", "qgemm_dequant") for group in QMV_GROUPS
              for st in QMV_SCALES]
     qgemm += ["qgemm_stage<%d>" % xm for xm in QMV_INPUTS] + ["qgemm_reduce"]
-    elementwise = ["rmsnorm_rows", "gate_rows", "rope_rows", "heads_out", "copy_slots"]
+    elementwise = ["rmsnorm_rows", "gate_rows", "rope_rows", "heads_out", "copy_slots", "feed_rows"]
     attention = ([f"kv_write<{kv8}>" for kv8 in (0, 1)]
                  + [f"attn_decode<{kv8}, {st}>" for kv8 in (0, 1) for st in (1, 2)])
     prompt = sorted({"attn_prompt<%d, %d, %d, %d, %d>" % (kv8, *prompt_shape(D, limit, kv8, f16)[:3], f16)

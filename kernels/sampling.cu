@@ -26,7 +26,7 @@ DEV int block_argmax1024(const float* __restrict__ x, int V) {
   return b == 0x7fffffff ? 0 : b;
 }
 
-#define SAMPLE_CAP 2048  // candidates a row may have at its top-k threshold (ties included)
+#define SAMPLE_CAP 2048  // candidates gathered at a top-k threshold (ties included); past it, exactly k
 
 // An unsigned key in the order of the floats: -0 == +0, NaN lowest (a descending numpy argsort puts
 // it last); key_value inverts it (NaN stays a NaN).
@@ -90,6 +90,42 @@ DEV int gather(const float* __restrict__ xr, int V, u32 thr, u32* ck, int* ci, u
   return (int)*count;
 }
 
+// The k candidates of a row whose exact threshold thr (its k-th largest key) ties beyond SAMPLE_CAP:
+// every key > thr (fewer than k), then the keys == thr of the lowest indices, as numpy's stable
+// order takes them. Those by an ordered compaction of 1024 indices a pass: a warp's ballot, a prefix
+// over the 32 warps and a running count rank each tie; the passes stop once enough are held. Returns k.
+DEV int gather_lowest_ties(const float* __restrict__ xr, int V, u32 thr, int k, u32* ck, int* ci, u32* count) {
+  __shared__ u32 woff[33];  // warps' exclusive offsets in a pass; [32] the pass's total
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  __syncthreads();  // every thread has read *count of the last gather before this one resets it
+  const u32 above = (u32)gather(xr, V, thr + 1u, ck, ci, count);  // key > thr: no key is 0xffffffff
+  const u32 need = (u32)k - above;
+  u32 taken = 0u;  // ties met so far, the same in every thread: the loop's exit is block-uniform
+  for (int base = 0; base < V && taken < need; base += 1024) {
+    const int i = base + tid;
+    const bool tie = i < V && order_key(xr[i]) == thr;
+    const u32 ballot = __ballot_sync(FULL_MASK, tie);
+    if (lane == 0) woff[warp] = (u32)__popc(ballot);
+    __syncthreads();
+    if (warp == 0) {
+      const u32 c = woff[lane];
+      u32 s = c;
+      for (int d = 1; d < 32; d <<= 1) {
+        const u32 t = __shfl_up_sync(FULL_MASK, s, d);
+        if (lane >= d) s += t;
+      }
+      woff[lane] = s - c;
+      if (lane == 31) woff[32] = s;
+    }
+    __syncthreads();
+    const u32 r = taken + woff[warp] + (u32)__popc(ballot & ((1u << lane) - 1u));
+    if (tie && r < need) { ck[above + r] = thr; ci[above + r] = i; }
+    taken += woff[32];
+    __syncthreads();  // woff is rewritten by the next pass
+  }
+  return k;
+}
+
 // ck/ci[0..n) sorted by `before`, over P (a power of two >= n) slots padded with the lowest pair.
 DEV void bitonic_sort(u32* ck, int* ci, int n, int P) {
   const int tid = threadIdx.x;
@@ -111,8 +147,8 @@ DEV void bitonic_sort(u32* ck, int* ci, int n, int P) {
 
 // Per row: mode[r] = -1 greedy (argmax), else top-k with k = mode[r] (1 <= k <= 1024);
 // par[r] = (temperature, top_p, u): u is engine.sampling.uniform(seed, position).
-// out[r] = the token, or -1 when more than SAMPLE_CAP logits tie at the threshold (the caller then
-// chooses on the host). grid = rows, block = 1024.
+// out[r] = the token, always (ties beyond SAMPLE_CAP at the threshold by gather_lowest_ties).
+// grid = rows, block = 1024.
 extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* __restrict__ x, i64 ldx, int V,
                                                                const int* __restrict__ mode,
                                                                const double* __restrict__ par,
@@ -148,10 +184,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* __re
     thr = radix_threshold(xr, V, k, hist, sel);
     n = gather(xr, V, thr, ck, ci, &count);
   }
-  if (n > SAMPLE_CAP) {
-    if (tid == 0) out[row] = -1;
-    return;
-  }
+  if (n > SAMPLE_CAP) n = gather_lowest_ties(xr, V, thr, k, ck, ci, &count);
   int P = 1;
   while (P < n) P <<= 1;
   bitonic_sort(ck, ci, n, P);

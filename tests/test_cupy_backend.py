@@ -261,14 +261,15 @@ def test_decode_graphs_are_captured_at_start_and_replayed(gb):
 
 
 @gpu_test
-@pytest.mark.parametrize("name", ["smollm2-135m", "llama3-8b-2l"])
+@pytest.mark.parametrize("name", ["smollm2-135m", "llama3-8b-2l", "tiny-qwen3.5"])
 def test_steps_run_ahead_on_device_tokens_and_change_none(gb, name):
     """Steady decode queues each step on the tokens the graph before chose (engine/run_ahead.py):
     greedy and sampled streams, one ending at a length limit and one at a stop string (a row past its
-    end), get the tokens and text they get with every step read before the next."""
+    end; a hybrid model's stream with one does not run ahead), get the tokens and text they get with
+    every step read before the next."""
     from engine.engine import run_to_end
     from engine.scheduler import Sequence
-    model = MODELS[name]()
+    model = MODELS[name]() if name in MODELS else synthetic(name, seed=8)
     prompts = [[1] + list(np.random.default_rng(20 + i).integers(16, 272, 10 + 23 * i)) for i in range(4)]
 
     def run(ahead: bool, stop=()):

@@ -587,21 +587,89 @@ def test_choose_equals_host_sampling(gb):
         assert got == want
 
 
+def device_tokens(gb, logits: np.ndarray, params: list[SamplingParams], positions: list[int]) -> list[int]:
+    """The kernel's own tokens for top-k rows (no host fallback): sample_rows launched as `choose`
+    launches it."""
+    import kernels.launch as KL
+    from engine.sampling import uniform
+    x = gb.asarray(np.ascontiguousarray(logits, np.float32))
+    mode = cupy.asarray(np.array([p.top_k for p in params], np.int32))
+    par = cupy.asarray(np.array([(p.temperature, p.top_p, uniform(p.seed, pos)) for p, pos in zip(params, positions)],
+                                np.float64).reshape(len(params), 3))
+    out = cupy.full(len(params), -2, cupy.int32)
+    KL.sample(x, x.shape[1], x.shape[1], mode, par, out, len(params))
+    return gb.to_host(out).tolist()
+
+
 @pytest.mark.parametrize("top_k", [1, 2, 40, 1023, 1024, 1025])
 def test_device_sampler_equals_host_sampling_at_vocab_size(gb, top_k):
-    """Rows of a real vocabulary; top-k up to the kernel's room (1,024) and one past it (the host)."""
+    """Rows of a real vocabulary; top-k up to the kernel's room (1,024), which the kernel chooses itself
+    for every row, and one past it (the host)."""
+    import kernels.launch as KL
     from engine.sampling import sample
     rng = np.random.default_rng(top_k)
     V = 151936
     logits = rng.normal(0, 2.5, (8, V)).astype(np.float32)
-    logits[1, rng.integers(0, V, 3000)] = 9.0  # ties beyond the kernel's candidate room: chosen on the host
+    logits[1, rng.integers(0, V, 3000)] = 9.0  # ties beyond the kernel's candidate room: its exact fallback
     logits[2, :] = 0.0
-    logits[2, 5::7] = -0.0  # -0 and +0 are one value: index order decides
+    logits[2, 5::7] = -0.0  # -0 and +0 are one value: index order decides (V ties: the fallback too)
     logits[3, rng.integers(0, V, 64)] = 11.0  # ties straddling the threshold
     for trial in range(3):
         params = [SamplingParams(temperature=float(t), top_k=top_k, top_p=float(p), seed=int(s))
                   for t, p, s in zip(rng.uniform(0.2, 2.0, 8), rng.choice([1.0, 0.95, 0.5, 1e-9], 8),
                                      rng.integers(0, 1 << 62, 8))]
         positions = [int(p) for p in rng.integers(0, 1 << 20, 8)]
-        got = gb.choose(gb.asarray(logits), params, positions)
-        assert got == [sample(logits[i], p, positions[i]) for i, p in enumerate(params)]
+        want = [sample(logits[i], p, positions[i]) for i, p in enumerate(params)]
+        assert gb.choose(gb.asarray(logits), params, positions) == want
+        if top_k <= KL.SAMPLE_MAX_K:
+            assert device_tokens(gb, logits, params, positions) == want
+
+
+@pytest.mark.parametrize("case", ["flat", "plateau", "k1024"])
+def test_device_sampler_takes_the_lowest_index_ties_past_its_room(gb, case):
+    """More than SAMPLE_CAP (2,048) logits tie at the k-th largest: the kernel holds the keys above it
+    and then the lowest-index ties, as numpy's stable order does, and chooses on the device."""
+    from engine.sampling import sample
+    rng = np.random.default_rng(["flat", "plateau", "k1024"].index(case) + 70)
+    V = 151936
+    if case == "flat":  # V ties: the candidates are 0..39
+        row, k, T, top_ps = np.zeros(V, np.float32), 40, [1.0], [1.0]
+    elif case == "plateau":  # 5 above 3,000 ties: those 5 and the 95 lowest-index ties
+        row, k, T, top_ps = rng.uniform(-5.0, 4.0, V).astype(np.float32), 100, [0.5, 3.0], [1.0, 0.95]
+        at = rng.choice(V, 3005, replace=False)
+        row[at[:3000]] = 5.0
+        row[at[3000:]] = rng.uniform(5.5, 8.0, 5)
+        assert set(np.argsort(-row, kind="stable")[:k]) == set(at[3000:]) | set(np.sort(at[:3000])[:95])
+    else:  # 2,500 ties at the top: the 1,024 lowest-index ones
+        row, k, T, top_ps = rng.uniform(-3.0, 3.0, V).astype(np.float32), 1024, [1.0], [1.0, 0.5]
+        row[rng.choice(V, 2500, replace=False)] = 9.0
+    logits = np.tile(row, (8, 1))
+    for trial in range(4):
+        params = [SamplingParams(temperature=float(rng.choice(T)), top_k=k, top_p=float(rng.choice(top_ps)),
+                                 seed=int(s)) for s in rng.integers(0, 1 << 62, 8)]
+        positions = [int(p) for p in rng.integers(0, 1 << 20, 8)]
+        want = [sample(row, p, positions[i]) for i, p in enumerate(params)]
+        got = device_tokens(gb, logits, params, positions)
+        assert got == want, (trial, got, want)
+        if case == "flat":
+            assert max(got) < k
+        assert gb.choose(gb.asarray(logits), params, positions) == want
+
+
+def test_feed_rows_voids_the_lane_of_a_flagged_row_fed_an_end_token(gb):
+    """A decode graph's inputs fed the tokens the graph before chose: the tokens copied in, and a row
+    flagged in its token slot and fed an end token gets lane -1 (numpy_backend.decode_step's rule);
+    the padding rows and everything after the lanes stay."""
+    import kernels.launch as KL
+    B, n, ends = 8, 6, (2, 3)
+    fed = np.array([5, 2, 7, 2, 9, 3], np.int32)
+    flags = np.array([1, 1, 1, 0, 1, 1], np.int32)
+    d = np.arange(5 * B, dtype=np.int32) + 100
+    d[:n] = flags
+    dev = cupy.asarray(d)
+    KL.feed_rows(cupy.asarray(fed), dev, B, n, cupy.asarray(np.array(ends, np.int32)), len(ends))
+    want = d.copy()
+    want[:n] = fed
+    want[2 * B:2 * B + n] = np.where((flags != 0) & np.isin(fed, ends), -1, d[2 * B:2 * B + n])
+    assert np.array_equal(gb.to_host(dev), want)
+    assert (want[2 * B:2 * B + n] == -1).sum() == 2

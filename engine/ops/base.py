@@ -159,9 +159,8 @@ class Backend(Protocol):
         (copy back begun) that `take` reads and `Rows.fed` feeds to the next step; None where the step
         did not choose every row itself (then `choose` of the logits)."""
 
-    def take(self, chosen: Any, logits: Array | None) -> list[int]:
-        """The tokens of a `chosen` handle. A row the device could not choose (too many ties) is
-        sampled from `logits`, or -1 when logits is None (a later step has overwritten them)."""
+    def take(self, chosen: Any) -> list[int]:
+        """The tokens of a `chosen` handle."""
 
     def warm_decode(self, model: Any, cache: Cache, width: int, streams: int,
                     shapes: list[tuple[int, bool, tuple]]) -> int:

@@ -523,7 +523,7 @@ class CupyBackend(Qwen35Ops, DrafterOps):
     def choose(self, logits, params: list[SamplingParams], positions: list[int]) -> list[int]:
         """Tokens for rows of logits, chosen on the device (kernels/sampling.cu: argmax, or top-k
         sampling keyed by uniform(seed, position)) with one copy back; a row the kernel cannot take
-        (no top-k, k beyond its room, or too many ties at the threshold) by `sample` on the host."""
+        (no top-k, or k beyond its room) by `sample` on the host."""
         self._use()
         chosen, self._chosen = self._chosen, None
         if chosen is not None and chosen[0] is logits and chosen[1] == (params, positions):
@@ -549,12 +549,11 @@ class CupyBackend(Qwen35Ops, DrafterOps):
                        np.float64).reshape(len(params), 3)
         return mode, np.where(mode == 0, -1, mode).astype(np.int32), par
 
-    def _finish_choice(self, logits, params: list[SamplingParams], positions: list[int], out, mode,
-                       toks: list[int] | None = None) -> list[int]:
-        """The kernel's tokens (toks, or `out` back in one copy); the rows it could not take (mode 0,
-        or too many ties at the threshold) sampled on the host."""
-        toks = self.to_host(out[:len(params)]).tolist() if toks is None else toks
-        host = [i for i, p in enumerate(params) if mode[i] == 0 or toks[i] < 0]
+    def _finish_choice(self, logits, params: list[SamplingParams], positions: list[int], out, mode) -> list[int]:
+        """The kernel's tokens (`out` back in one copy); the rows it could not take (mode 0) sampled on
+        the host."""
+        toks = self.to_host(out[:len(params)]).tolist()
+        host = [i for i, p in enumerate(params) if mode[i] == 0]
         if host:
             logits = self._rows2d(logits)
         for i in host:
@@ -572,12 +571,8 @@ class CupyBackend(Qwen35Ops, DrafterOps):
         self._chosen = None
         return cupy_graphs.Chosen(c[2], self.stream, params, positions)
 
-    def take(self, chosen, logits) -> list[int]:
-        toks = chosen.tokens()
-        if logits is None or min(toks, default=0) >= 0:
-            return toks
-        mode = np.full(len(toks), -1, np.int32)  # every row was the kernel's (`chosen`)
-        return self._finish_choice(logits, chosen.params, chosen.positions, None, mode, toks)
+    def take(self, chosen) -> list[int]:
+        return chosen.tokens()
 
     # --- CUDA-graph decode -------------------------------------------------------------------------
     def decode_step(self, model: Any, rows: Rows, cache: Cache):

@@ -110,6 +110,12 @@ class DecodeGraphs:
         self.pool = cupy.cuda.MemoryPool()
         self._per_cache: weakref.WeakKeyDictionary[Cache, dict] = weakref.WeakKeyDictionary()
         self.failures: list[str] = []
+        self._end_ids: dict[tuple[int, ...], cupy.ndarray] = {}  # a tokenizer's end tokens, uploaded once
+
+    def _ends(self, ends: tuple[int, ...]):
+        if ends not in self._end_ids:
+            self._end_ids[ends] = cupy.asarray(np.array(ends or (-1,), np.int32))
+        return self._end_ids[ends]
 
     def step(self, model, rows: Rows, cache: Cache, sampling: tuple[np.ndarray, np.ndarray] | None = None):
         """One decode forward of `rows`, padded to a power-of-two batch and replayed from a graph:
@@ -131,9 +137,9 @@ class DecodeGraphs:
         if entry.failed:
             return model.forward(rows, cache), None
         self._fill(entry, rows, cache, sampling)
-        if rows.fed is not None:  # after the fill; a -1 (a row the sampler left to the host) feeds 0: its row is void
+        if rows.fed is not None:  # after the fill, whose token slots hold the rows' end flags
             with self.stream:
-                cupy.maximum(rows.fed.device, 0, out=entry.dev[:n])
+                K.feed_rows(rows.fed.device, entry.dev, B, n, self._ends(rows.ends), len(rows.ends))
         if entry.graph is not None:
             # an untraced replay builds no label
             traced = trace.replay(_label(B, rows.window), entry.names, self.stream) if trace.active() else nullcontext()

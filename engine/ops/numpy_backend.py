@@ -208,7 +208,9 @@ class NumpyBackend:
     def decode_step(self, model: Any, rows: Rows, cache: Cache) -> np.ndarray:
         """One decode forward (no graphs here, so no padding rows and no use for the scratch page)."""
         if rows.fed is not None:
-            rows.tokens = np.asarray(rows.fed, np.int32)
+            fed = np.asarray(rows.fed, np.int32)
+            rows.lanes = np.where((rows.tokens != 0) & np.isin(fed, rows.ends), -1, rows.lanes).astype(np.int32)
+            rows.tokens = fed
         return model.forward(rows, cache)
 
     def choose(self, logits: np.ndarray, params: list[SamplingParams], positions: list[int]) -> list[int]:
@@ -221,7 +223,7 @@ class NumpyBackend:
     def chosen(self, logits: np.ndarray, params: list[SamplingParams], positions: list[int]) -> list[int]:
         return self.choose(logits, params, positions)  # the host's tokens are their own handle
 
-    def take(self, chosen: list[int], logits: np.ndarray | None) -> list[int]:
+    def take(self, chosen: list[int]) -> list[int]:
         return list(chosen)
 
     def warm_decode(self, model: Any, cache: Cache, width: int, streams: int,
