@@ -84,10 +84,11 @@ def test_a_hybrid_stream_ending_on_eos_keeps_the_state_it_ends_with(backend):
     (the row is voided): the snapshot at the end and the prompt cache's stream end hold what the
     stream without run-ahead holds, bit for bit."""
     r, s = runner(model="synthetic:tiny-qwen3.5", backend=backend)
-    free, _, _ = run(r, s, [SamplingParams(temperature=0, max_tokens=30)] * 2, ahead=False)
-    r.tokenizer.eos_ids = {free[1][0][len(prompts(1)[0]) + 9]}  # the first stream's 10th token ends it
-    params = [SamplingParams(temperature=0, max_tokens=30),
-              SamplingParams(temperature=1.0, top_k=40, seed=9, max_tokens=30)]
+    free, _, _ = run(r, s, [SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)], ahead=False)
+    reply = free[1][0][len(prompts(1)[0]):]
+    r.tokenizer.eos_ids = {next((t for i, t in enumerate(reply) if i >= 6 and t not in reply[:i]), reply[0])}
+    params = [SamplingParams(temperature=0, max_tokens=30),  # ends on that token, the other stream decoding on
+              SamplingParams(temperature=1.0, top_k=40, seed=9, max_tokens=30, ignore_eos=True)]
     plain, _, ps = run(r, s, params, ahead=False, snapshots=True)
     ahead, fed, sched = run(r, s, params, ahead=True, snapshots=True)
     assert plain[1][2].reason == "eos" and fed > 10
