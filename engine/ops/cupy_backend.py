@@ -7,8 +7,9 @@ Same models, cache and scheduler as the numpy reference. What differs is inside:
 - Lazy ops (`cupy_lazy`): q/k norm and RoPE are applied by the KV write and attention kernels as
   they load the heads; a row RMSNorm (with its residual add) and SiLU·up by the next product as it
   stages its input (qmv modes 2 and 1). This saves four launches a layer.
-- Deferred K/V writes: `kv_write` is held until the decode attention of the same layer and rows,
-  which writes the new K/V itself; anything else that reads the cache writes it first.
+- Deferred K/V writes (`cupy_attention.AttentionOps`, mixed in): `kv_write` is held until the decode
+  attention of the same layer and rows, which writes the new K/V itself; anything else that reads the
+  cache writes it first.
 - Exactness. One kernel per op for every row count: the GEMV computes every row with the same
   arithmetic (its K segments depend on the weight shape only) and reads each weight once for all
   rows; decode attention splits keys at absolute chunks of `kernels.launch.CHUNK` positions merged
@@ -42,8 +43,7 @@ from ..errors import BackendError, DeviceLostError
 from ..kv.cache import Cache
 from ..memory import gpu_free_bytes, is_unified
 from ..rows import Rows
-from ..sampling import sample, uniform
-from ..settings import EngineSettings, SamplingParams
+from ..settings import EngineSettings
 from ..weights import Tensor
 from .base import GraphStats, Kind
 
@@ -55,6 +55,8 @@ except Exception as e:  # pragma: no cover - get_backend reports why first
 import kernels.launch as K
 
 from . import cupy_graphs, cupy_weights
+from .cupy_attention import AttentionOps
+from .cupy_choice import ChoiceOps
 from .cupy_drafters import DrafterOps
 from .cupy_landing import DeviceLanding
 from .cupy_lazy import Heads, Lazy, Normed, Product, Residual, SiluMul, aligned_rows, unit_rows
@@ -69,7 +71,7 @@ log = logging.getLogger(__name__)
 STICKY_CUDA_ERRORS = frozenset({214, 220, 700, 702, 710, 714, 715, 716, 717, 718, 719})
 
 
-class CupyBackend(Qwen35Ops, DrafterOps):
+class CupyBackend(AttentionOps, ChoiceOps, Qwen35Ops, DrafterOps):
     name = "cupy"
     kv_stores = ("bf16", "fp8")  # what the kernels of attention.cu read and write
     # Tensor-core products pay for big chunks (35B-A3B at 2,048: 11.6-11.9K tok/s at 512 rows, 13.7-14.0K at
@@ -436,143 +438,6 @@ class CupyBackend(Qwen35Ops, DrafterOps):
     def concat(self, parts: list, axis: int = -1) -> "cupy.ndarray":
         """Concatenation along `axis` (column-wise by default: q, k, v kept apart by mixed formats)."""
         return cupy.concatenate([self._m(p) for p in parts], axis=axis)
-
-    # --- attention ---------------------------------------------------------------------------------
-    def kv_write(self, cache: Cache, layer: int, k, v, tables, positions) -> None:
-        """Deferred: the decode attention of the same layer and rows writes them as it runs (the block
-        that owns each row's position); anything else that reads the cache first writes them here."""
-        self._flush_kv()
-        self._pending_kv = (cache, layer, k, v, tables, positions)
-
-    def _flush_kv(self) -> None:
-        if self._pending_kv is None:
-            return
-        cache, layer, k, v, tables, positions = self._pending_kv
-        self._pending_kv = None
-        self._use()
-        kb, ks0, ks1, knw, keps, cs, half = self._heads(k)
-        vb, vs0, vs1, *_ = self._heads(self._m(v))
-        pos = self._dev_i32(positions)  # the slots
-        tab = self._dev_i32(tables)
-        n, KH, D = kb.shape
-        if n == 0:
-            return
-        fp8 = cache.dtype == "fp8"
-        K.kv_write(fp8, kb, ks0, ks1, knw, keps, cs, half, vb, vs0, vs1, pos, tab, cache.page_tokens, KH, D,
-                   cache.k[layer], cache.v[layer], cache.k_scale[layer] if fp8 else None,
-                   cache.v_scale[layer] if fp8 else None, n)
-
-    def _take_kv(self, cache, layer: int, tables, positions):
-        """The pending K/V write of exactly these rows of this layer, handed to the decode attention."""
-        p = self._pending_kv
-        if p is not None and p[0] is cache and p[1] == layer and p[4] is tables and p[5] is positions:
-            self._pending_kv = None
-            return p
-        self._flush_kv()
-        return None
-
-    def attention(self, q, cache: Cache, layer: int, tables, positions, prompt: bool = False, window: int = 1,
-                  fp16: bool = False):
-        """Decode rows write their new K/V inside the attention kernel (the block owning the row's
-        position), which rows of a verify window (window > 1) cannot wait for: row j reads rows
-        0..j-1 of its window. So those write every row's K/V first and attend over the cache."""
-        self._use()
-        apart = prompt or window > 1
-        pend = None if apart else self._take_kv(cache, layer, tables, positions)
-        if apart:
-            self._flush_kv()
-        qb, qs0, qs1, qnw, qeps, cs, half = self._heads(q)
-        n, H, D = qb.shape
-        KH = cache.k[layer].shape[2]
-        G = H // KH
-        out = cupy.empty((n, H, D), cupy.float32)
-        if n == 0:
-            return out
-        if G > 16 or D > 256 or D % 16 or G * D > 4096 or K.decode_smem(cache.dtype == "fp8", G, D) > 96 * 1024:
-            raise BackendError(f"attention of {H} heads over {KH} kv heads of dim {D} is beyond the kernels")
-        pos = self._dev_i32(positions)  # the rows' lengths
-        tab = self._dev_i32(tables)
-        fp8 = cache.dtype == "fp8"
-        ksc = cache.k_scale[layer] if fp8 else None
-        vsc = cache.v_scale[layer] if fp8 else None
-        scale = float(np.float32(D ** -0.5))
-        if prompt:  # key splits up to the last row's position (device rows: up to the lane's end)
-            last = int(positions.max()) if isinstance(positions, np.ndarray) else tab.shape[1] * cache.page_tokens - 1
-            K.attn_prompt(fp8, qb, qs0, qs1, qnw, qeps, cs, half, pos, tab, cache.page_tokens, cache.k[layer],
-                          cache.v[layer], ksc, vsc, KH, G, D, scale, out, n, last, fp16)
-            return out
-        kn = vn = knw = None
-        ks0 = ks1 = vs0 = vs1 = 0
-        keps = 0.0
-        if pend is not None:
-            kn, ks0, ks1, knw, keps, kcs, khalf = self._heads(pend[2])
-            vn, vs0, vs1, *_ = self._heads(self._m(pend[3]))
-            if (kcs is None) != (cs is None) or kn.shape[1] != KH or kn.shape[2] != D:
-                self._pending_kv = pend  # a layout the fused write does not take: write it apart
-                self._flush_kv()
-                kn = vn = knw = None
-            elif kcs is not None and (kcs is not cs or khalf != half):
-                self._pending_kv = pend
-                self._flush_kv()
-                kn = vn = knw = None
-        K.attn_decode(fp8, qb, qs0, qs1, qnw, qeps, cs, half, kn, ks0, ks1, knw, keps, vn, vs0, vs1, pos, tab,
-                      cache.page_tokens, cache.k[layer], cache.v[layer], ksc, vsc, KH, G, D, scale, out, n)
-        return out
-
-    # --- heads ---------------------------------------------------------------------------------------
-    def choose(self, logits, params: list[SamplingParams], positions: list[int]) -> list[int]:
-        """Tokens for rows of logits, chosen on the device (kernels/sampling.cu: argmax, or top-k
-        sampling keyed by uniform(seed, position)) with one copy back; a row the kernel cannot take
-        (no top-k, or k beyond its room) by `sample` on the host."""
-        self._use()
-        chosen, self._chosen = self._chosen, None
-        if chosen is not None and chosen[0] is logits and chosen[1] == (params, positions):
-            return self._finish_choice(logits, params, positions, chosen[2], chosen[3])
-        logits = self._rows2d(logits)
-        n, V = logits.shape
-        if not n:
-            return []
-        mode, kmode, par = self._sampling_inputs(params, positions, V)
-        out = cupy.empty(n, cupy.int32)
-        K.sample(logits, logits.strides[0] // 4, V, cupy.asarray(kmode), cupy.asarray(par), out, n)
-        return self._finish_choice(logits, params, positions, out, mode)
-
-    @staticmethod
-    def _sampling_inputs(params: list[SamplingParams], positions: list[int],
-                         V: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(mode, the kernel's mode, parameters) per row: mode -1 greedy, top-k, or 0 for rows the host
-        samples (no top-k, or k beyond the kernel's room), which the kernel runs on its cheap greedy path;
-        parameters (temperature, top_p, uniform(seed, position))."""
-        kmax = min(K.SAMPLE_MAX_K, V - 1)
-        mode = np.array([-1 if p.greedy else (p.top_k if 0 < p.top_k <= kmax else 0) for p in params], np.int32)
-        par = np.array([(p.temperature, p.top_p, uniform(p.seed, pos)) for p, pos in zip(params, positions)],
-                       np.float64).reshape(len(params), 3)
-        return mode, np.where(mode == 0, -1, mode).astype(np.int32), par
-
-    def _finish_choice(self, logits, params: list[SamplingParams], positions: list[int], out, mode) -> list[int]:
-        """The kernel's tokens (`out` back in one copy); the rows it could not take (mode 0) sampled on
-        the host."""
-        toks = self.to_host(out[:len(params)]).tolist()
-        host = [i for i, p in enumerate(params) if mode[i] == 0]
-        if host:
-            logits = self._rows2d(logits)
-        for i in host:
-            toks[i] = sample(self.to_host(logits[i]), params[i], positions[i])
-        return toks
-
-    @property
-    def overlaps(self) -> bool:
-        return self.graphs
-
-    def chosen(self, logits, params: list[SamplingParams], positions: list[int]):
-        c = self._chosen
-        if c is None or c[0] is not logits or c[1] != (params, positions) or (c[3] == 0).any():
-            return None
-        self._chosen = None
-        return cupy_graphs.Chosen(c[2], self.stream, params, positions)
-
-    def take(self, chosen) -> list[int]:
-        return chosen.tokens()
 
     # --- CUDA-graph decode -------------------------------------------------------------------------
     def decode_step(self, model: Any, rows: Rows, cache: Cache):

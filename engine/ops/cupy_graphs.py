@@ -137,9 +137,9 @@ class DecodeGraphs:
         if entry.failed:
             return model.forward(rows, cache), None
         self._fill(entry, rows, cache, sampling)
-        if rows.fed is not None:  # after the fill, whose token slots hold the rows' end flags
-            with self.stream:
-                K.feed_rows(rows.fed.device, entry.dev, B, n, self._ends(rows.ends), len(rows.ends))
+        if rows.fed is not None:  # after the fill, whose token slots hold the rows' end flags; on the
+            # current stream, `stream` (the backend's decode_step made it so: a `with` would leave another)
+            K.feed_rows(rows.fed.device, entry.dev, B, n, self._ends(rows.ends), len(rows.ends))
         if entry.graph is not None:
             # an untraced replay builds no label
             traced = trace.replay(_label(B, rows.window), entry.names, self.stream) if trace.active() else nullcontext()
