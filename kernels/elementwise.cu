@@ -99,6 +99,7 @@ extern "C" __global__ void __launch_bounds__(256) copy_slots(const u64* __restri
 // -1, so it steps no recurrent state past the stream's end (run-ahead decode). grid = ceil(n / 256).
 extern "C" __global__ void __launch_bounds__(256) feed_rows(const int* __restrict__ fed, int* __restrict__ d,
                                                            int B, int n, const int* __restrict__ ends, int ne) {
+  PDL_ENTRY;
   const int i = blockIdx.x * 256 + threadIdx.x;
   if (i >= n) return;
   const int t = fed[i];

@@ -56,7 +56,10 @@ def source_members(source: str, cls: str, modules: dict[str, str]) -> tuple[dict
             methods.update(m)
             attrs |= a
     for item in node.body:
-        if isinstance(item, ast.FunctionDef):
+        if isinstance(item, ast.FunctionDef) and any(isinstance(d, ast.Name) and d.id == "property"
+                                                     for d in item.decorator_list):
+            attrs.add(item.name)  # a property is a data member of the contract
+        elif isinstance(item, ast.FunctionDef):
             methods[item.name] = ast_params(item)
             if item.name == "__init__":
                 attrs |= {t.attr for s in ast.walk(item) if isinstance(s, (ast.Assign, ast.AnnAssign))
