@@ -12,15 +12,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+import kernels.launch as K
+
 from ..errors import BackendError
 from ..kv.cache import Cache
-
-try:  # the import is only attempted when get_backend chose the CuPy backend
-    import cupy
-except Exception as e:  # pragma: no cover - get_backend reports why first
-    raise BackendError(f"CuPy is not usable ({type(e).__name__}: {e})") from None
-
-import kernels.launch as K
+from .cupy_import import cupy
 
 
 class AttentionOps:

@@ -38,6 +38,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+import kernels.launch as K
+
 from ..config import ModelConfig
 from ..errors import BackendError, DeviceLostError
 from ..kv.cache import Cache
@@ -45,19 +47,12 @@ from ..memory import gpu_free_bytes, is_unified
 from ..rows import Rows
 from ..settings import EngineSettings
 from ..weights import Tensor
-from .base import GraphStats, Kind
-
-try:  # the import is only attempted when get_backend chose this backend
-    import cupy
-except Exception as e:  # pragma: no cover - get_backend reports why first
-    raise BackendError(f"CuPy is not usable ({type(e).__name__}: {e})") from None
-
-import kernels.launch as K
-
 from . import cupy_graphs, cupy_weights
+from .base import GraphStats, Kind
 from .cupy_attention import AttentionOps
 from .cupy_choice import ChoiceOps
 from .cupy_drafters import DrafterOps
+from .cupy_import import cupy
 from .cupy_landing import DeviceLanding
 from .cupy_lazy import Heads, Lazy, Normed, Product, Residual, SiluMul, aligned_rows, unit_rows
 from .cupy_qwen3_5 import Qwen35Ops

@@ -9,18 +9,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import BackendError
-from ..sampling import sample, uniform
-from ..settings import SamplingParams
-
-try:  # the import is only attempted when get_backend chose the CuPy backend
-    import cupy
-except Exception as e:  # pragma: no cover - get_backend reports why first
-    raise BackendError(f"CuPy is not usable ({type(e).__name__}: {e})") from None
-
 import kernels.launch as K
 
+from ..sampling import sample, uniform
+from ..settings import SamplingParams
 from . import cupy_graphs
+from .cupy_import import cupy
 
 
 class ChoiceOps:

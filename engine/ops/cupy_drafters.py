@@ -7,13 +7,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import BackendError
 from . import dflash2_math as dm
-
-try:  # the import is only attempted when get_backend chose the CuPy backend
-    import cupy
-except Exception as e:  # pragma: no cover - get_backend reports why first
-    raise BackendError(f"CuPy is not usable ({type(e).__name__}: {e})") from None
+from .cupy_import import cupy
 
 
 class DrafterOps:

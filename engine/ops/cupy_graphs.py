@@ -24,22 +24,17 @@ from contextlib import nullcontext
 
 import numpy as np
 
+import kernels.launch as K
+from kernels import trace
+
 from ..config import ModelConfig
 from ..errors import BackendError
 from ..kv.cache import Cache
 from ..rows import Rows
 from ..settings import EngineSettings
 from .base import GraphStats
+from .cupy_import import cupy, cupyx
 from .cupy_lazy import Lazy
-
-try:  # the import is only attempted when get_backend chose the CuPy backend
-    import cupy
-    import cupyx
-except Exception as e:  # pragma: no cover - get_backend reports why first
-    raise BackendError(f"CuPy is not usable ({type(e).__name__}: {e})") from None
-
-import kernels.launch as K
-from kernels import trace
 
 MAX_GRAPH_ROWS = 256  # larger decode batches run eagerly
 

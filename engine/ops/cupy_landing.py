@@ -9,14 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import BackendError
 from ..kv.snapshots import GRAIN
-
-try:  # the import is only attempted when get_backend chose the CuPy backend
-    import cupy
-    import cupyx
-except Exception as e:  # pragma: no cover - get_backend reports why first
-    raise BackendError(f"CuPy is not usable ({type(e).__name__}: {e})") from None
+from .cupy_import import cupy, cupyx
 
 if TYPE_CHECKING:
     from .cupy_backend import CupyBackend

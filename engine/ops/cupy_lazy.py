@@ -10,14 +10,9 @@ split as it reduces its rows, one launch fewer.
 """
 from __future__ import annotations
 
-from ..errors import BackendError
-
-try:  # the import is only attempted when get_backend chose the CuPy backend
-    import cupy
-except Exception as e:  # pragma: no cover - get_backend reports why first
-    raise BackendError(f"CuPy is not usable ({type(e).__name__}: {e})") from None
-
 import kernels.launch as K
+
+from .cupy_import import cupy
 
 
 class Lazy:

@@ -17,15 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import BackendError
-
-try:  # the import is only attempted when get_backend chose the CuPy backend
-    import cupy
-except Exception as e:  # pragma: no cover - get_backend reports why first
-    raise BackendError(f"CuPy is not usable ({type(e).__name__}: {e})") from None
-
 import kernels.launch_qwen3_5 as KQ
 
+from .cupy_import import cupy
 from .cupy_lazy import Normed
 from .cupy_weights import ExpertWeight, QExperts
 

@@ -11,16 +11,12 @@ from typing import Callable
 
 import numpy as np
 
+import kernels.launch as K
+
 from ..errors import BackendError
 from ..weights import Affine, Tensor, dequantize
 from .base import Kind
-
-try:  # the import is only attempted when get_backend chose the CuPy backend
-    import cupy
-except Exception as e:  # pragma: no cover - get_backend reports why first
-    raise BackendError(f"CuPy is not usable ({type(e).__name__}: {e})") from None
-
-import kernels.launch as K
+from .cupy_import import cupy
 
 GIB = 1 << 30
 # The ST argument of the kernels (common.cuh load_sb, moe.cu moe_sb): how scales and biases are stored.
