@@ -375,7 +375,8 @@ def main(a) -> int:
     b, cfg = runner.backend, runner.loaded.config
     if getattr(a, "prompt_gemm", "auto") != "auto" and b.name == "cupy":
         b.prompt_gemm = a.prompt_gemm
-    sched = ready_scheduler(runner, s, not getattr(a, "no_run_ahead", False))
+    run_ahead = not getattr(a, "no_run_ahead", False)
+    sched = ready_scheduler(runner, s, run_ahead)
     s = sched.s  # the backend's prefill chunk filled in
     bw = copy_bandwidth(b)
     wbytes = step_weight_bytes(runner.model, 0)
@@ -430,7 +431,7 @@ def main(a) -> int:
                 sched = None  # its cache's memory goes to the drafted run's, then back
                 cells.append(drafted_cell(bench, drafted, msgs, params, seqs, cells[-1], log,
                                           window_profiles if getattr(a, "profile", False) else None))
-                sched = ready_scheduler(runner, s, not getattr(a, "no_run_ahead", False))
+                sched = ready_scheduler(runner, s, run_ahead)
                 bench.timed_decode(sched)
     S = getattr(a, "interleave", 0)
     if S and lengths:

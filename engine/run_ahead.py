@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .rows import Rows
-
 if TYPE_CHECKING:
     from .scheduler import Scheduler, Sequence
 
@@ -37,6 +35,7 @@ class RunAhead:
     def __init__(self, sched: Scheduler):
         self.s = sched
         self.queued: Ahead | None = None  # its tokens not read yet
+        self.ends = tuple(sorted(sched.tok.eos_ids))  # the tokens a fed row's stream ends on (`Rows.ends`)
 
     def after(self, seqs: list[Sequence], chosen) -> Ahead | None:
         """A plain decode step of `seqs` chose `chosen` on the device: queue the next one now, where it
@@ -82,10 +81,9 @@ class RunAhead:
         if not self._may(seqs):
             return None
         s = self.s
-        ends = [0 if q.params.ignore_eos else 1 for q in seqs]  # the rows an end token voids
-        rows = Rows(np.array(ends), np.array([q.computed + 1 for q in seqs]),
-                    np.stack([s.lanes.table(q.lane) for q in seqs]), np.array([q.lane.index for q in seqs]), False)
-        rows.fed, rows.ends = chosen, tuple(sorted(s.tok.eos_ids))
+        flags = np.array([0 if q.params.ignore_eos else 1 for q in seqs])  # the rows an end token voids
+        rows = s.decode_rows(seqs, flags, ahead=1)
+        rows.fed, rows.ends = chosen, self.ends
         rows.choose = [q.params for q in seqs], [len(q.tokens) + 1 for q in seqs]
         try:
             if s.cache.stateful:

@@ -259,7 +259,12 @@ class Scheduler:
             return Rows(np.array(seq.tokens[start:end]), pos, np.tile(self.lanes.table(seq.lane), (len(pos), 1)),
                         np.full(len(pos), seq.lane.index), True, self.s.prefill_chunk,
                         np.array([len(pos) - 1]), fp16=self.s.prefill_precision == "fp16")
-        return Rows(np.array([q.tokens[q.computed] for q in seqs]), np.array([q.computed for q in seqs]),
+        return self.decode_rows(seqs, np.array([q.tokens[q.computed] for q in seqs]))
+
+    def decode_rows(self, seqs: list[Sequence], tokens: np.ndarray, ahead: int = 0) -> Rows:
+        """Decode rows, one a stream, at each stream's next position; `ahead`: steps queued before
+        these whose tokens are not applied yet (run-ahead)."""
+        return Rows(tokens, np.array([q.computed + ahead for q in seqs]),
                     np.stack([self.lanes.table(q.lane) for q in seqs]), np.array([q.lane.index for q in seqs]), False)
 
     def _run_chunk(self, seq: Sequence):
