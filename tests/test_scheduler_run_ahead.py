@@ -4,6 +4,7 @@ switch it on to check what it must keep: every token, event and finish as withou
 model's cases run on the GPU too (marked `gpu`), where the end token's row is voided by the feed kernel."""
 import numpy as np
 import pytest
+from test_scheduler import runner as scheduler_runner
 
 from engine.engine import Runner, run_to_end
 from engine.events import Failed, Finished, Token
@@ -16,9 +17,7 @@ BACKENDS = ["numpy", pytest.param("cupy", marks=[pytest.mark.gpu, pytest.mark.sk
 
 
 def runner(**kw) -> tuple[Runner, EngineSettings]:
-    s = EngineSettings(**{**dict(model="synthetic:tiny-llama", backend="numpy", parallel=4, context=256,
-                                 paging="all", page_tokens=16, prefill_chunk=16, memory_gib=1), **kw})
-    return Runner(s, log=lambda m: None), s
+    return scheduler_runner(**{"parallel": 4, **kw})
 
 
 def prompts(n):

@@ -96,12 +96,9 @@ class AttentionOps:
         if pend is not None:
             kn, ks0, ks1, knw, keps, kcs, khalf = self._heads(pend[2])
             vn, vs0, vs1, *_ = self._heads(self._m(pend[3]))
-            if (kcs is None) != (cs is None) or kn.shape[1] != KH or kn.shape[2] != D:
-                self._pending_kv = pend  # a layout the fused write does not take: write it apart
-                self._flush_kv()
-                kn = vn = knw = None
-            elif kcs is not None and (kcs is not cs or khalf != half):
-                self._pending_kv = pend
+            if ((kcs is None) != (cs is None) or kn.shape[1] != KH or kn.shape[2] != D
+                    or (kcs is not None and (kcs is not cs or khalf != half))):
+                self._pending_kv = pend  # a layout or RoPE the fused write does not take: write it apart
                 self._flush_kv()
                 kn = vn = knw = None
         K.attn_decode(fp8, qb, qs0, qs1, qnw, qeps, cs, half, kn, ks0, ks1, knw, keps, vn, vs0, vs1, pos, tab,
