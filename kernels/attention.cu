@@ -206,33 +206,38 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
     const int k0 = c * CHUNK, nk = min(CHUNK, L - k0);
     if (tid < nk) slot_s[s][tid] = slot_of(tab, k0 + tid, pt);
   };
-  // A chunk's 8-element pieces, FP at most a thread (D <= 256): bf16 by cp.async into stage s; fp8
-  // into registers all at once (land() decodes them). Keys past nk: zeros (their scores are masked).
+  // A chunk's 8-element pieces: thread tid takes piece w4 of keys j0, j0 + kpi, ... (kpi keys a pass
+  // of 256 threads; threads past kpi * D/8 take none), so a pass costs no division. bf16 by cp.async
+  // into stage s; fp8 into registers all at once (land() decodes them). Keys past nk: zeros (their
+  // scores are masked).
   constexpr int FP = CHUNK * 32 / 256;
+  const int d8 = D / 8, kpi = 256 / d8, j0 = tid / d8, w4 = tid - j0 * d8;
+  const bool piece = j0 < kpi;
+  const i64 srow = (i64)KH * (KV8 ? D / 4 : D / 2);  // words of one cache slot (every kv head)
+  const int soff = kh * (KV8 ? D / 4 : D / 2) + (KV8 ? 2 : 4) * w4;  // this thread's words in a slot
   uint2 kw[KV8 ? FP : 1], vw[KV8 ? FP : 1];
   float kscr = 0.0f, vscr = 0.0f;  // fp8 scales of key tid: stored when the chunk lands, not before the barrier
   auto issue = [&](int c, int s) {
     const int nk = min(CHUNK, L - c * CHUNK);
-    u32* kt = tiles + s * 2 * CHUNK * PW;
-    u32* vt = kt + CHUNK * PW;
+    u32* kd = tiles + s * 2 * CHUNK * PW + j0 * PW + 4 * w4;
 #pragma unroll
     for (int i = 0; i < FP; ++i) {
-      const int e = tid + 256 * i, j = e / (D / 8), w4 = e % (D / 8);
-      if (e >= CHUNK * (D / 8)) break;
-      u32* kd = kt + j * PW + 4 * w4;
-      u32* vd = vt + j * PW + 4 * w4;
+      const int j = j0 + i * kpi;
+      if (!piece || j >= CHUNK) break;
+      u32* vd = kd + CHUNK * PW;
       if (j >= nk) {
         *(uint4*)kd = make_uint4(0, 0, 0, 0);
         *(uint4*)vd = make_uint4(0, 0, 0, 0);
       } else if (KV8) {
-        const i64 off = (slot_s[s][j] * KH + kh) * (D / 4) + 2 * w4;
+        const i64 off = slot_s[s][j] * srow + soff;
         kw[i] = *(const uint2*)((const u32*)kc + off);
         vw[i] = *(const uint2*)((const u32*)vc + off);
       } else {
-        const i64 off = (slot_s[s][j] * KH + kh) * (D / 2) + 4 * w4;
+        const i64 off = slot_s[s][j] * srow + soff;
         cp_async16(smem_addr(kd), (const u32*)kc + off);
         cp_async16(smem_addr(vd), (const u32*)vc + off);
       }
+      kd += kpi * PW;
     }
     if (KV8 && tid < CHUNK) {  // zero past nk: their p are 0, and 0 times stale shared bits may be NaN
       kscr = tid < nk ? ksc[slot_s[s][tid] * KH + kh] : 0.0f;
@@ -242,15 +247,16 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   };
   auto land = [&](int c, int s) {
     const int nk = min(CHUNK, L - c * CHUNK);
-    u32* kt = tiles + s * 2 * CHUNK * PW;
+    u32* kd = tiles + s * 2 * CHUNK * PW + j0 * PW + 4 * w4;
 #pragma unroll
     for (int i = 0; i < FP; ++i) {
-      const int e = tid + 256 * i, j = e / (D / 8), w4 = e % (D / 8);
-      if (e >= CHUNK * (D / 8)) break;
+      const int j = j0 + i * kpi;
+      if (!piece || j >= CHUNK) break;
       if (j < nk) {
-        *(uint4*)(kt + j * PW + 4 * w4) = fp8_piece(kw[i]);
-        *(uint4*)(kt + (CHUNK + j) * PW + 4 * w4) = fp8_piece(vw[i]);
+        *(uint4*)kd = fp8_piece(kw[i]);
+        *(uint4*)(kd + CHUNK * PW) = fp8_piece(vw[i]);
       }
+      kd += kpi * PW;
     }
     if (tid < CHUNK) {
       ksc_s[s * CHUNK + tid] = kscr;
