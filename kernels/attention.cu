@@ -217,9 +217,10 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   const int soff = kh * (KV8 ? D / 4 : D / 2) + (KV8 ? 2 : 4) * w4;  // this thread's words in a slot
   uint2 kw[KV8 ? FP : 1], vw[KV8 ? FP : 1];
   float kscr = 0.0f, vscr = 0.0f;  // fp8 scales of key tid: stored when the chunk lands, not before the barrier
+  auto piece_at = [&](int s) { return tiles + s * 2 * CHUNK * PW + j0 * PW + 4 * w4; };  // stage s's K piece
   auto issue = [&](int c, int s) {
     const int nk = min(CHUNK, L - c * CHUNK);
-    u32* kd = tiles + s * 2 * CHUNK * PW + j0 * PW + 4 * w4;
+    u32* kd = piece_at(s);
 #pragma unroll
     for (int i = 0; i < FP; ++i) {
       const int j = j0 + i * kpi;
@@ -247,7 +248,7 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   };
   auto land = [&](int c, int s) {
     const int nk = min(CHUNK, L - c * CHUNK);
-    u32* kd = tiles + s * 2 * CHUNK * PW + j0 * PW + 4 * w4;
+    u32* kd = piece_at(s);
 #pragma unroll
     for (int i = 0; i < FP; ++i) {
       const int j = j0 + i * kpi;
