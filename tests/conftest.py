@@ -6,6 +6,12 @@ from pathlib import Path as _Path
 
 import pytest
 
+# Under pytest-xdist (make test) each worker takes one core: OpenBLAS's own threads would spin
+# against the other worker's and multiply the time of every numpy test. Set before numpy loads.
+if "PYTEST_XDIST_WORKER" in _os.environ:
+    _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def _default_model_or_none():
     from engine import default_model_path
     path = default_model_path()
