@@ -40,13 +40,19 @@ run: fetch-default
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# pytest-xdist: one worker a core where there is no GPU (CI); with one, a single process, so that
+# GPU tests never share the device. PYTEST_WORKERS=N overrides; worksteal evens out the long tests
+# (the default model's gates, the NVRTC compiles) at the end.
+PYTEST_WORKERS ?= $(if $(GPU_EXTRA),0,auto)
+PYTEST := QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal
+
 # Everything: lint, then every test (GPU tests skip without a device).
 test: fetch-default lint
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+	$(PYTEST)
 
 # Lint, then the tests without the `slow` ones (those run the embedded default model end to end).
 test-fast: lint
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # Not part of `make test`: mutated inputs for FUZZ_SECONDS (default 600), niced, one case at a time.
 FUZZ_SECONDS ?= 600

@@ -6,6 +6,11 @@ from pathlib import Path as _Path
 
 import pytest
 
+# Under pytest-xdist (make test) each worker takes one core: OpenBLAS's own threads would spin
+# against the other worker's and multiply the time of every numpy test. Set before numpy loads.
+if "PYTEST_XDIST_WORKER" in _os.environ:
+    _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 
 def _default_model_or_none():
     from engine import default_model_path
@@ -22,6 +27,16 @@ def _collect_on_the_main_thread():
     itself, Python collects in whichever thread allocates, and an engine thread deleting a Qt
     object of an earlier test crashed the process."""
     gc.disable()
+    yield
+    # This test's garbage: objects that outlived an earlier test's collection (a session's models
+    # and tokenizers, half a million of them) are not walked again after every test, only by the
+    # full collection at each module's end (_collect_everything_at_the_modules_end).
+    gc.collect(1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _collect_everything_at_the_modules_end():
+    """All cyclic garbage, the module's fixtures' included (torn down before this), on the main thread."""
     yield
     gc.collect()
 
