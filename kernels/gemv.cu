@@ -202,7 +202,9 @@ DEV void split_out(const float* y, i64 ldy, int nr, int r0, int mb, int MB, int 
 // part [z][P][R][Mp] and sspart [z][mblocks][P][R] hold segment partials (P > 1); counters
 // [z * mblocks] are zero between launches (the last block of a tile row resets its own).
 // EX 1: stacked expert weights (ecodes / esb words apart); slice z takes slot z of `slots`
-// ([expert, count, R row ids]; moe_slots builds them): x row id / kx, y row id.
+// ([expert, count, R row ids]; moe_slots builds them): x row id / kx, y row id. EX 2: the same, with
+// slots written two or more launches back (the experts' down product): the slot and the first batch
+// of weights are read before the PDL wait, so the fetch overlaps the previous product's tail.
 template <int BITS, int SUB, int NT, int XM, int SBT, int EX, int MINB>
 __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, const u32* __restrict__ sb, int st_,
                                            const float* __restrict__ x, const float* __restrict__ x2, i64 ldx,
@@ -216,7 +218,7 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
                                            uint4* __restrict__ xso, float* __restrict__ sxo, float* __restrict__ sqo,
                                            const float* __restrict__ reso, i64 ldres, const float* __restrict__ nwo,
                                            float* __restrict__ hso, i64 ldhs) {
-  if (EX) PDL_ENTRY;  // the slots come from the routing kernel
+  if (EX == 1) PDL_ENTRY;  // the slots come from the kernel just before
   using Sh = QmvShape<BITS, SUB, NT, MINB>;
   constexpr int R = Sh::R, SR = Sh::SR, BATCH = Sh::BATCH, PITCH = Sh::PITCH, GPB = Sh::GPB, CW = Sh::CW;
   constexpr int WIN = Sh::WIN, WB = Sh::WB, NSB = Sh::NSB;
@@ -293,7 +295,7 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
   uint4 cw[CW], cn[CW];  // cn, sn: the next batch (PF only)
   u32 sw[GPB][2][SBW], sn[GPB][2][SBW];
   if (k0 < k1) load(cw, sw);  // in flight during the first staging
-  if (!EX) PDL_ENTRY;  // the first batch of weights is read while the previous kernel ends
+  if (EX != 1) PDL_ENTRY;  // the first batch of weights is read while the previous kernel ends
   // 8-bit products (routers, gates: few blocks, short rows) also start their second batch before the
   // staging; in the 4-bit products that was slower (35B-A3B router 7.3 -> 6.4 µs, 8B step +3 %, H100).
   constexpr bool EARLY = PF && BITS == 8;

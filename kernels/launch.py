@@ -477,9 +477,9 @@ def variants() -> list[tuple[str, str]]:
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_TILES for xm in QMV_INPUTS
              for st in QMV_SCALES for minb in ((2, 3) if bits == 4 and nt <= 1 else (2,))]
     gemv += ["qmv_xsplit<%d, %d>" % (xm, group // 32) for xm in QMV_INPUTS for group in QMV_GROUPS]
-    gemv += ["qmv<%d, %d, %d, %d, %d, 1, 2>" % (bits, group // 32, nt, xm, st)
+    gemv += ["qmv<%d, %d, %d, %d, %d, %d, 2>" % (bits, group // 32, nt, xm, st, ex)
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_EXPERT_TILES for xm in QMV_INPUTS
-             for st in QMV_SCALES]  # the expert products (launch_qwen3_5.qmv_experts)
+             for st in QMV_SCALES for ex in ((1, 2) if xm < 2 else (1,))]  # launch_qwen3_5.qmv_experts
     qgemm = ["%s<%d, %d>" % (k, group // 32, st) for k in ("qgemm", "qgemm_dequant") for group in QMV_GROUPS
              for st in QMV_SCALES]
     qgemm += ["qgemm_stage<%d>" % xm for xm in QMV_INPUTS] + ["qgemm_reduce"]

@@ -192,16 +192,21 @@ def moe_route_slots(logits, ld: int, E: int, k: int, experts, weights, rows: int
 
 
 def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: int, slots: Slots, k: int, x,
-                ldx: int, xj: bool, y, xm: int = 0, x2=None, ldx2: int = 0, nw=None, eps: float = 0.0):
+                ldx: int, xj: bool, y, xm: int = 0, x2=None, ldx2: int = 0, nw=None, eps: float = 0.0,
+                early: bool = False):
     """y[rj, :M] = f(x[rj // k or rj]) @ W_e^T for each (row, choice) rj = r·k + j, e = experts[r, j],
     over stacked repacked weights of Mp rows each, the ids grouped by `moe_slots`; f by xm: 0 x,
     1 silu(x)·x2, 2 rmsnorm(x)·nw. K in one segment: the slots already make blocks enough (the
-    35B-A3B's decode step 2 % shorter at 1 row and 8 % at 8 than in qmv_split's segments, H100)."""
+    35B-A3B's decode step 2 % shorter at 1 row and 8 % at 8 than in qmv_split's segments, H100).
+    early: the slots were written two or more launches back (the down product), so the blocks read
+    them and their first weights before waiting for the launch ahead; built for down's inputs (xm 0, 1)."""
+    if early and xm == 2:
+        raise ValueError("an early expert product takes x or silu(x)·x2 (the down product's), not a staged norm")
     mblocks = -(-M // 128)
     tiles = Mp // 16
     ecodes = tiles * L.padded_subgroups(K) * 32 * (2 if bits == 4 else 4)
     esb = tiles * (L.padded_subgroups(K) * 32 // group) * 16 * (2 if st == 2 else 1)
-    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 1, 2>" % (bits, group // 32, slots.nt, xm, st))
+    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, %d, 2>" % (bits, group // 32, slots.nt, xm, st, 2 if early else 1))
     f((mblocks, 1, slots.Z), (256,),
       (codes, sb, i32(st), x, L._ptr(x2), i64(ldx), i64(ldx2), L._ptr(nw), f32(eps), L.NULL, i64(0), y,
        i64(y.shape[1]), i32(slots.nk), i32(M), i32(Mp), i32(K), i32(L.padded_subgroups(K)), i32(K), L.NULL,

@@ -37,3 +37,10 @@ def test_gated_rmsnorm_refuses_heads_wider_than_its_registers():
     before anything launches."""
     with pytest.raises(ValueError, match="head dim 300 is beyond the kernel's 256"):
         KQ.gated_rmsnorm(None, None, 0, None, None, 300, 1e-6, 1, 1)
+
+
+def test_an_early_expert_product_refuses_a_staged_norm():
+    """The early expert product (qmv's EX 2) is built for the down product's inputs only: a norm-staged
+    one is refused before anything launches."""
+    with pytest.raises(ValueError, match="not a staged norm"):
+        KQ.qmv_experts(None, None, 1, 4, 64, 1024, 2048, 1024, None, 8, None, 2048, False, None, xm=2, early=True)

@@ -181,15 +181,15 @@ class Qwen35Ops:
 
     @staticmethod
     def _product(w, experts, slots, x, ldx: int, xj: bool, y, prompt: bool, xm: int = 0, x2=None, ldx2: int = 0,
-                 nw=None, eps: float = 0.0):
+                 nw=None, eps: float = 0.0, early: bool = False):
         """y[rj] = f(x[rj // k or rj]) @ W_e^T for each (row, choice) rj; f by xm: 0 x, 1 silu(x)·x2,
         2 rmsnorm(x)·nw (qmv's only). Each product takes its weight's own kernel (a GGUF file mixes
         layouts: Q4_K gate_up, Q6_K down); qmv's reads the ids grouped by expert from `slots`
-        (KQ.moe_slots of these experts)."""
+        (KQ.moe_slots of these experts); early: those slots were written two or more launches back."""
         n, k = experts.shape
         if isinstance(w, QExperts):
             KQ.qmv_experts(w.codes, w.sb, w.st, w.bits, w.group, w.M, w.K, w.Mp, slots, k, x, ldx, xj, y,
-                           xm=xm, x2=x2, ldx2=ldx2, nw=nw, eps=eps)
+                           xm=xm, x2=x2, ldx2=ldx2, nw=nw, eps=eps, early=early)
             return
         if xm == 1:
             act = cupy.empty((n * k, x2.shape[1]), cupy.float32)
@@ -233,9 +233,9 @@ class Qwen35Ops:
         if isinstance(down, QExperts) and I % 4 != 0:  # qmv's x2 loads are 16-byte aligned
             act = cupy.empty((n * k, I), cupy.float32)
             KQ.moe_swiglu(gu, act, I, n * k)
-            self._product(down, experts, slots, act, I, True, y, prompt)
+            self._product(down, experts, slots, act, I, True, y, prompt, early=True)
         else:  # SwiGLU folded into the down product's input (qmv) or a kernel of its own (moe_gemv)
-            self._product(down, experts, slots, gu, M1, True, y, prompt, xm=1, x2=gu[:, I:], ldx2=M1)
+            self._product(down, experts, slots, gu, M1, True, y, prompt, xm=1, x2=gu[:, I:], ldx2=M1, early=True)
         if shared is None:
             KQ.moe_combine(y, weights, k, out, H, n)
         else:
