@@ -24,6 +24,7 @@
 // last block of the 128 rows to finish. The batching of loads (BATCH, the staged window), the row
 // count and where a row sits change nothing in any row's operations.
 #include "common.cuh"
+#include "qsplit.cuh"
 
 // Two 4-bit codes as bf16 (128 + q): (w >> 4i) & 0x000f000f | magic in one lop3 (magic in a register:
 // a LOP3 takes one immediate, so the plain C form costs two).
@@ -42,16 +43,6 @@ DEV uint4 ldg_stream4(const u32* p) {
   return v;
 }
 
-DEV float hl_sum(u32 hi, u32 lo) {
-  return __fadd_rn(__fadd_rn(__uint_as_float(hi << 16), __uint_as_float(lo << 16)),
-                   __fadd_rn(__uint_as_float(hi & 0xffff0000u), __uint_as_float(lo & 0xffff0000u)));
-}
-
-DEV void ld8(float* v, const float* __restrict__ p) {
-  const float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
-  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-}
-
 // p[0] + p[stride] + ... + p[(n - 1) stride], added in that order from 0 (L2 loads: the partials of
 // other blocks); eight loads are issued before their adds, so the chain waits once per eight.
 DEV float sum_in_order(const float* __restrict__ p, i64 stride, int n) {
@@ -64,60 +55,6 @@ DEV float sum_in_order(const float* __restrict__ p, i64 stride, int n) {
     for (int i = 0; i < 8; ++i)
       if (q0 + i < n) v = __fadd_rn(v, t[i]);
   }
-  return v;
-}
-
-// One 8-input piece of an x row (xr, x2r, hr: the row's starts) as qmv stages it: f(x) by XM (XM 2:
-// h = x + x2, written to hr when given, then h * nw), its bf16 hi/lo halves, the sum of hi + lo and
-// (XM 2) of h's squares; zeros where !live.
-template <int XM>
-DEV void split_piece(const float* __restrict__ xr, const float* __restrict__ x2r, const float* __restrict__ nw,
-                     float* __restrict__ hr, bool live, int k, u32 (&hi)[4], u32 (&lo)[4], float& xs, float& sq) {
-  float v[8];
-  sq = 0.0f;
-  if (live) {
-    ld8(v, xr + k);
-    if (XM == 1) {
-      float u[8];
-      ld8(u, x2r + k);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = silu_mul_f(v[i], u[i]);
-    } else if (XM == 2) {
-      if (x2r != nullptr) {
-        float u[8];
-        ld8(u, x2r + k);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = __fadd_rn(v[i], u[i]);
-        if (hr != nullptr) {
-          *(float4*)(hr + k) = make_float4(v[0], v[1], v[2], v[3]);
-          *(float4*)(hr + k + 4) = make_float4(v[4], v[5], v[6], v[7]);
-        }
-      }
-      float w[8];
-      ld8(w, nw + k);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        sq = __fadd_rn(sq, __fmul_rn(v[i], v[i]));
-        v[i] = __fmul_rn(v[i], w[i]);
-      }
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = 0.0f;
-  }
-  xs = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    split_bf16(v[2 * i], v[2 * i + 1], hi[i], lo[i]);
-    xs = __fadd_rn(xs, hl_sum(hi[i], lo[i]));
-  }
-}
-
-// v summed over aligned groups of N lanes (a butterfly: every lane of the group gets the same bits)
-template <int N>
-DEV float lanes_sum(float v) {
-#pragma unroll
-  for (int o = 1; o < N; o <<= 1) v = __fadd_rn(v, __shfl_xor_sync(FULL_MASK, v, o));
   return v;
 }
 
@@ -155,36 +92,6 @@ struct QmvShape {
   static constexpr int GPB = NSB / SUB;                 // groups per batch
   static constexpr int CW = BITS == 4 ? NSB / 2 : NSB;  // 16-byte code words per lane per batch
 };
-
-// The input of a norm-staged next product, split as qmv_xsplit does (the same bits), by the block that
-// reduced and wrote these 128 columns of rows r0.. of y (the barrier makes them visible to the block):
-// h = y + res (written to hs), then the pieces of h * nw, their group sums and 64-input sums of
-// squares. The last column block also writes the pieces past M (zeros) to the padded width.
-template <int SUB>
-DEV void split_out(const float* y, i64 ldy, int nr, int r0, int mb, int MB, int M, const float* __restrict__ res,
-                   i64 ldres, const float* __restrict__ nw, float* __restrict__ hs, i64 ldhs,
-                   uint4* __restrict__ xs, float* __restrict__ sx, float* __restrict__ sq, int tid) {
-  constexpr int GL = 4 * SUB;
-  const int np = ((M + 31) / 32 + 15) / 16 * 16 * 4;  // pieces a split row (launch.py padded_subgroups x 4)
-  const int j0 = mb * 16, cnt = (mb + 1 == MB ? np : j0 + 16) - j0;  // a multiple of 16: whole groups
-  __syncthreads();
-  for (int c0 = 0; c0 < nr * cnt; c0 += 256) {  // whole warps every pass: the shuffles need all lanes
-    const int c = c0 + tid, r = c / cnt, j = j0 + c % cnt, k = 8 * j;
-    const bool here = c < nr * cnt;
-    const i64 row = r0 + (here ? r : 0);
-    u32 hi[4], lo[4];
-    float xs_, q;
-    split_piece<2>(y + row * ldy, res + row * ldres, nw, hs + row * ldhs, here && k < M, k, hi, lo, xs_, q);
-    if (here) {
-      xs[row * 2 * np + j] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-      xs[(row * 2 + 1) * np + j] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-    }
-    xs_ = lanes_sum<GL>(xs_);
-    if (here && j % GL == 0) sx[row * (np / GL) + j / GL] = xs_;
-    q = lanes_sum<8>(q);
-    if (here && j % 8 == 0) sq[row * (np / 8) + j / 8] = q;
-  }
-}
 
 // BITS 4|8, SUB subgroups per group (1, 2, 4), NT 8-row n-tiles (0: 4 rows packed), XM input mode,
 // SBT scale type (load_sb's ST: 0 fp16 pair, 1 bf16 pair, 2 fp32 pair):
