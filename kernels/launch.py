@@ -53,6 +53,7 @@ QMV_TILES = (0, 1, 2, 4)  # 8-row n-tiles per block (0: up to 4 rows packed), pi
 QMV_SCALES = (0, 1, 2)  # scale types: fp16, bf16, fp32 pairs
 QMV_INPUTS = (0, 1, 2)  # xm: x, silu(x) * x2, rmsnorm(x [+ x2]) * nw (the expert builds too: down, gate_up)
 QMV_EXPERT_TILES = (0, 2)  # expert products: up to 4 rows an expert packed, or 16
+QMV_EARLY_INPUTS = (0, 1)  # xm of the early expert builds (EX 2: down's inputs, never a staged norm)
 _counters = {}
 
 
@@ -479,7 +480,7 @@ def variants() -> list[tuple[str, str]]:
     gemv += ["qmv_xsplit<%d, %d>" % (xm, group // 32) for xm in QMV_INPUTS for group in QMV_GROUPS]
     gemv += ["qmv<%d, %d, %d, %d, %d, %d, 2>" % (bits, group // 32, nt, xm, st, ex)
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_EXPERT_TILES for xm in QMV_INPUTS
-             for st in QMV_SCALES for ex in ((1, 2) if xm < 2 else (1,))]  # launch_qwen3_5.qmv_experts
+             for st in QMV_SCALES for ex in ((1, 2) if xm in QMV_EARLY_INPUTS else (1,))]  # launch_qwen3_5.qmv_experts
     qgemm = ["%s<%d, %d>" % (k, group // 32, st) for k in ("qgemm", "qgemm_dequant") for group in QMV_GROUPS
              for st in QMV_SCALES]
     qgemm += ["qgemm_stage<%d>" % xm for xm in QMV_INPUTS] + ["qgemm_reduce"]

@@ -200,7 +200,7 @@ def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: i
     35B-A3B's decode step 2 % shorter at 1 row and 8 % at 8 than in qmv_split's segments, H100).
     early: the slots were written two or more launches back (the down product), so the blocks read
     them and their first weights before waiting for the launch ahead; built for down's inputs (xm 0, 1)."""
-    if early and xm == 2:
+    if early and xm not in L.QMV_EARLY_INPUTS:
         raise ValueError("an early expert product takes x or silu(x)·x2 (the down product's), not a staged norm")
     mblocks = -(-M // 128)
     tiles = Mp // 16
