@@ -134,9 +134,42 @@ extern "C" __global__ void deltanet_gates(const float* __restrict__ a, i64 lda, 
 // Rows per tile of a prompt chunk: their q̂, k̂, v, e^g and β are staged in shared memory and the norms
 // computed in parallel, so the per-token loop reads only shared memory and never waits at a barrier.
 constexpr int SCAN_TILE = 16;
-// Columns of S per block (grid z = ceil(Dv / SCAN_COLS)): columns evolve independently given k̂, β and
-// g, so a head spreads over several SMs, each scheduler with few warps. kernels/launch_qwen3_5.py mirrors it.
-constexpr int SCAN_COLS = 32;
+
+#ifndef GN_PER_LANE
+#error "deltanet.cu needs GN_PER_LANE: compile it through kernels.launch"
+#endif
+
+// A head's D values as a lane's N registers, v[e] = src[lane + 32e] (0 past D): the gated norm's z and w.
+template <int N>
+DEV void gn_load(const float* __restrict__ src, int D, int lane, float* v) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    const int d = lane + 32 * e;
+    v[e] = d < D ? src[d] : 0.0f;
+  }
+}
+
+// The gated RMSNorm of one head by one warp: y = w ⊙ x·rsqrt(mean x² + eps) ⊙ silu(z), zv and wv from
+// gn_load (D <= 32·N). Each lane sums its squares d = lane + 32e in e order, then warp_sum: gated_rmsnorm
+// and the scan's NORM build share it, so a head has the same bits from either.
+template <int N>
+DEV void gn_head(const float* x, const float* zv, const float* wv, float* __restrict__ y, int D, float eps, int lane) {
+  float xv[N];
+  float ss = 0.0f;
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    const int d = lane + 32 * e;
+    xv[e] = d < D ? x[d] : 0.0f;
+    if (d < D) ss = __fadd_rn(ss, __fmul_rn(xv[e], xv[e]));
+  }
+  ss = warp_sum(ss);
+  const float r = __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), eps));
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    const int d = lane + 32 * e;
+    if (d < D) y[d] = __fmul_rn(__fmul_rn(__fdiv_rn(xv[e], r), wv[e]), dn_silu(zv[e]));
+  }
+}
 
 // S ← e^g S and Sᵀk̂ at one thread's R rows of S (the first half of a token's step).
 template <int R>
@@ -163,25 +196,36 @@ DEV float decay_dot(float* s, float dec, const float* k) {
 // q, k [rows, Hk, DK] (row strides ldq, ldk; heads contiguous), v [rows, Hv, Dv] (row stride ldv),
 // g, beta [rows, Hv] contiguous, state [slots, Hv, DK, Dv], lanes[seq·T] the lane of sequence seq
 // (a prompt chunk passes one); out [rows, Hv, Dv].
-// grid = (nseq, Hv, ceil(Dv / SCAN_COLS)), block = G·SCAN_COLS: G adjacent threads share column
-// j = z·SCAN_COLS + tid / G of S, each keeping DK/G of its rows in registers (pair sums by xor
-// shuffles, the same bits in every thread); warp w computes the norms of the tile's rows w, w + warps, ...
+// grid = (nseq, Hv, ceil(Dv / COLS)), block = G·COLS: G adjacent threads share column j = z·COLS + tid / G
+// of S, each keeping DK/G of its rows in registers (pair sums by xor shuffles, the same bits in every
+// thread); warp w computes the norms of the tile's rows w, w + warps, ...
+// NORM (decode rows, verify windows; COLS >= Dv, so grid z = 1): out is y = gated_rmsnorm(o, z, nw, eps)
+// instead of o, z [rows, Hv, Dv] (row stride ldz), nw [Dv]: a tile's o rows are staged in shared memory
+// and warp w norms rows w, w + warps, ... with gn_head, gated_rmsnorm's bits. Else COLS = 32
+// (kernels/launch_qwen3_5.py SCAN_COLS: columns evolve independently given k̂, β and g, so a head
+// spreads over several SMs, each scheduler with few warps).
 // A token's arithmetic is the same whatever T, the tile or the grid: decode and prompt rows agree bit for bit.
-template <int DK, int G>
-__global__ void __launch_bounds__(G * SCAN_COLS)
+// A NORM build asks for one block an SM (ptxas would otherwise cap its 64-thread builds at 168 registers
+// and spill); the plain builds keep ptxas's own choice.
+template <int DK, int G, int COLS, int NORM>
+__global__ void __launch_bounds__(G * COLS, NORM ? 1 : 0)
     deltanet_scan(const float* __restrict__ q, i64 ldq, const float* __restrict__ k, i64 ldk,
                   const float* __restrict__ v, i64 ldv, const float* __restrict__ g, const float* __restrict__ beta,
                   float* __restrict__ state, const int* __restrict__ lanes, int slots, float* __restrict__ out, int T,
                   int stride, float* __restrict__ klog, float* __restrict__ dlog, float* __restrict__ glog, int Hk,
-                  int Hv, int Dv, float qscale) {
+                  int Hv, int Dv, float qscale, const float* __restrict__ z, i64 ldz, const float* __restrict__ nw,
+                  float eps) {
   // A part's rows sit at stride P (4 floats of padding) so the G parts of a warp read distinct banks.
-  constexpr int R = DK / G, P = R + 4, DP = G * P;
+  constexpr int R = DK / G, P = R + 4, DP = G * P, N = COLS / 32;
+  static_assert(COLS % 32 == 0 && (!NORM || N <= GN_PER_LANE), "whole warps; a NORM head within gn_head's registers");
   __shared__ __align__(16) float qs[SCAN_TILE * DP];
   __shared__ __align__(16) float ks[SCAN_TILE * DP];
-  __shared__ float vs[SCAN_TILE * SCAN_COLS], ds[SCAN_TILE], bs[SCAN_TILE];
+  // vs: the tile's v columns. NORM: token t's o replaces its v once read (the G parts' reads feed o
+  // through the xor shuffles, so they come before part 0's write): the norm's rows at no more memory.
+  __shared__ float vs[SCAN_TILE * COLS], ds[SCAN_TILE], bs[SCAN_TILE];
   const int seq = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int warps = blockDim.x >> 5;
-  const int c = threadIdx.x / G, part = threadIdx.x % G, j = blockIdx.z * SCAN_COLS + c;
+  const int c = threadIdx.x / G, part = threadIdx.x % G, j = blockIdx.z * COLS + c;
   const int kh = h / (Hv / Hk);
   const bool on = j < Dv;
   const int lane0 = lanes[(i64)seq * T];
@@ -189,6 +233,13 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
   float s[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) s[r] = on ? S[(i64)(part * R + r) * Dv + j] : 0.0f;
+  // NORM: the weight, and z of the warp's first row (the in-projection's, two launches back), also
+  // before the wait, as gated_rmsnorm reads them
+  float zv[N], wv[N];
+  if constexpr (NORM) {
+    gn_load<N>(nw, Dv, lane, wv);
+    if (warp < T) gn_load<N>(z + ((i64)seq * T + warp) * ldz + (i64)h * Dv, Dv, lane, zv);
+  }
   PDL_ENTRY;  // the state (the last scan's, two kernels back at least) is read; the rows come from the conv
   for (int t0 = 0; t0 < T; t0 += SCAN_TILE) {
     const int nt = min(SCAN_TILE, T - t0);
@@ -198,8 +249,8 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
       qs[at] = q[(row0 + t) * ldq + (i64)kh * DK + d];
       ks[at] = k[(row0 + t) * ldk + (i64)kh * DK + d];
     }
-    for (int x = threadIdx.x; x < nt * SCAN_COLS; x += blockDim.x) {
-      const int t = x / SCAN_COLS, jj = blockIdx.z * SCAN_COLS + (x - t * SCAN_COLS);
+    for (int x = threadIdx.x; x < nt * COLS; x += blockDim.x) {
+      const int t = x / COLS, jj = blockIdx.z * COLS + (x - t * COLS);
       vs[x] = jj < Dv ? v[(row0 + t) * ldv + (i64)h * Dv + jj] : 0.0f;
     }
     for (int t = threadIdx.x; t < nt; t += blockDim.x) {
@@ -232,7 +283,7 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
 #pragma unroll
       for (int o = 1; o < G; o <<= 1) m = __fadd_rn(m, __shfl_xor_sync(FULL_MASK, m, o));
       const float bt = on ? bs[t] : 0.0f;
-      const float delta = __fmul_rn(bt, __fsub_rn(vs[t * SCAN_COLS + c], m));
+      const float delta = __fmul_rn(bt, __fsub_rn(vs[t * COLS + c], m));
       const float* kr = kt + t * DP;
       const float* qr = qt + t * DP;
       float o = 0.0f;
@@ -274,7 +325,21 @@ __global__ void __launch_bounds__(G * SCAN_COLS)
       }
 #pragma unroll
       for (int x = 1; x < G; x <<= 1) o = __fadd_rn(o, __shfl_xor_sync(FULL_MASK, o, x));
-      if (on && part == 0) out[((row0 + t) * Hv + h) * Dv + j] = o;
+      if (on && part == 0) {
+        if constexpr (NORM) {
+          vs[t * COLS + c] = o;
+        } else {
+          out[((row0 + t) * Hv + h) * Dv + j] = o;
+        }
+      }
+    }
+    if constexpr (NORM) {
+      __syncthreads();  // the tile's o rows are whole
+      for (int t = warp; t < nt; t += warps) {
+        const i64 i = row0 + t;
+        if (t0 + t != warp) gn_load<N>(z + i * ldz + (i64)h * Dv, Dv, lane, zv);  // not the row read before the wait
+        gn_head<N>(vs + t * COLS, zv, wv, out + (i * Hv + h) * Dv, Dv, eps, lane);
+      }
     }
     __syncthreads();  // the next tile overwrites the staged rows
   }
@@ -310,39 +375,17 @@ extern "C" __global__ void deltanet_keep(const unsigned long long* __restrict__ 
   *S = s;
 }
 
-// y = w ⊙ x·rsqrt(mean x² + eps) ⊙ silu(z) per (row, head): x [n, H, D] contiguous, z [n, H, D] with
-// row stride ldz (heads contiguous), w [D], D <= 32·GN_PER_LANE; y [n, H, D]. z (the in-projection's,
+// y = w ⊙ x·rsqrt(mean x² + eps) ⊙ silu(z) per (row, head) (gn_head): x [n, H, D] contiguous, z [n, H, D]
+// with row stride ldz (heads contiguous), w [D], D <= 32·GN_PER_LANE; y [n, H, D]. z (the in-projection's,
 // two or more launches back) and w are in registers before the wait, so only x's round trip follows
 // it. grid = (n, H), block = 32.
-#ifndef GN_PER_LANE
-#error "deltanet.cu needs GN_PER_LANE: compile it through kernels.launch"
-#endif
 extern "C" __global__ void gated_rmsnorm(const float* __restrict__ x, const float* __restrict__ z, i64 ldz,
                                          const float* __restrict__ w, float* __restrict__ y, int D, float eps) {
   const i64 i = blockIdx.x;
   const int h = blockIdx.y, H = gridDim.y, lane = threadIdx.x;
-  const float* xr = x + (i * H + h) * D;
-  const float* zr = z + i * ldz + (i64)h * D;
-  float xv[GN_PER_LANE], zv[GN_PER_LANE], wv[GN_PER_LANE];
-#pragma unroll
-  for (int e = 0; e < GN_PER_LANE; ++e) {
-    const int d = lane + 32 * e;
-    zv[e] = d < D ? zr[d] : 0.0f;
-    wv[e] = d < D ? w[d] : 0.0f;
-  }
+  float zv[GN_PER_LANE], wv[GN_PER_LANE];
+  gn_load<GN_PER_LANE>(z + i * ldz + (i64)h * D, D, lane, zv);
+  gn_load<GN_PER_LANE>(w, D, lane, wv);
   PDL_ENTRY;
-  float ss = 0.0f;
-#pragma unroll
-  for (int e = 0; e < GN_PER_LANE; ++e) {
-    const int d = lane + 32 * e;
-    xv[e] = d < D ? xr[d] : 0.0f;
-    if (d < D) ss = __fadd_rn(ss, __fmul_rn(xv[e], xv[e]));
-  }
-  ss = warp_sum(ss);
-  const float r = __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), eps));
-#pragma unroll
-  for (int e = 0; e < GN_PER_LANE; ++e) {
-    const int d = lane + 32 * e;
-    if (d < D) y[(i * H + h) * D + d] = __fmul_rn(__fmul_rn(__fdiv_rn(xv[e], r), wv[e]), dn_silu(zv[e]));
-  }
+  gn_head<GN_PER_LANE>(x + (i * H + h) * D, zv, wv, y + (i * H + h) * D, D, eps, lane);
 }

@@ -13,7 +13,12 @@ from . import launch as L
 
 i32, i64, f32 = np.int32, np.int64, np.float32
 SCAN_DK = (8, 16, 32, 64, 128, 256)  # key head dims deltanet_scan is instantiated for
-SCAN_COLS = 32  # columns of the state per deltanet_scan block: deltanet.cu's SCAN_COLS
+SCAN_COLS = 32  # columns of the state per plain deltanet_scan block (its COLS): a head over Dv / 32 blocks
+# The scan with the gated norm takes a whole head a block: COLS the first of these >= Dv (the norm's
+# warp holds COLS / 32 values a lane, so COLS <= 32 x GN_PER_LANE) in G x COLS threads, at most
+# SCAN_NORM_THREADS (a thread keeps DK / G state rows in registers: at 512, 128 registers, they spill)
+SCAN_NORM_COLS = (32, 64, 128, 256)
+SCAN_NORM_THREADS = 256
 CONV_ROWS = 16  # prompt rows a conv1d_prompt thread computes: deltanet.cu's CONV_ROWS
 CHUNK_DK = (8, 16, 32, 64, 128)  # key head dims of deltanet_chunk.cu's kernels (256 would pass 48 KB of shared memory)
 DN_CHUNK = 64  # rows per chunk of deltanet_chunk.cu: its DN_C
@@ -51,21 +56,38 @@ def scan_split(DK: int) -> int:
     return max(1, DK // 64)
 
 
+def scan_norm_cols(DK: int, Dv: int) -> int | None:
+    """The columns a block of the scan with the gated norm takes for these heads (all Dv of a head),
+    or None where it has no build for them."""
+    cols = next((c for c in SCAN_NORM_COLS if c >= Dv), None)
+    if (DK not in SCAN_DK or cols is None or cols > 32 * L.GN_PER_LANE
+            or scan_split(DK) * cols > SCAN_NORM_THREADS):
+        return None
+    return cols
+
+
 def deltanet_scan(q, ldq: int, k, ldk: int, v, ldv: int, g, beta, state, lanes, slots: int, out, nseq: int, T: int,
-                  stride: int, Hk: int, Hv: int, DK: int, Dv: int, qscale: float, logs: tuple = ()):
+                  stride: int, Hk: int, Hv: int, DK: int, Dv: int, qscale: float, logs: tuple = (), norm: tuple = ()):
     """T rows of each of nseq sequences (lanes[s·T]: sequence s's lane); stride > 0: a verify window, row
     0's state to the lane's slot and row t's update to `logs` (k̂, δ, e^g) at lane + (t-1)·stride; 0: the
-    state after the last row to the lane's slot."""
+    state after the last row to the lane's slot. norm = (z, ldz, w, eps): out is gated_rmsnorm(o, z, w,
+    eps) with gated_rmsnorm's bits, a head a block (`scan_norm_cols`)."""
     if DK not in SCAN_DK:
         raise ValueError(f"deltanet_scan: key head dim {DK} is not one of {SCAN_DK}")
     if stride and len(logs) != 3:
         raise ValueError("deltanet_scan: a verify window needs its logs (k̂, δ, e^g)")
     G = scan_split(DK)
+    cols = scan_norm_cols(DK, Dv) if norm else SCAN_COLS
+    if cols is None:
+        raise ValueError(f"deltanet_scan: no build with the gated norm for heads of {DK} x {Dv} (a head a block: "
+                         f"Dv <= {SCAN_NORM_COLS[-1]}, {SCAN_NORM_THREADS} threads at most)")
     kl, dl, gl = logs if stride else (None, None, None)
-    f = function("deltanet.cu", "deltanet_scan<%d, %d>" % (DK, G))
-    f((nseq, Hv, -(-Dv // SCAN_COLS)), (G * SCAN_COLS,),
+    z, ldz, w, eps = norm or (None, 0, None, 0.0)
+    f = function("deltanet.cu", "deltanet_scan<%d, %d, %d, %d>" % (DK, G, cols, bool(norm)))
+    f((nseq, Hv, -(-Dv // cols)), (G * cols,),
       (q, i64(ldq), k, i64(ldk), v, i64(ldv), g, beta, state, lanes, i32(slots), out, i32(T), i32(stride),
-       L._ptr(kl), L._ptr(dl), L._ptr(gl), i32(Hk), i32(Hv), i32(Dv), f32(qscale)))
+       L._ptr(kl), L._ptr(dl), L._ptr(gl), i32(Hk), i32(Hv), i32(Dv), f32(qscale), L._ptr(z), i64(ldz), L._ptr(w),
+       f32(eps)))
 
 
 def deltanet_keep(tables, slot: int, first: int, last: int, stride: int, layers: int, Hv: int, DK: int, Dv: int):
@@ -231,7 +253,9 @@ def variants() -> list[tuple[str, str]]:
     """Every (file, kernel name) the launchers above can ask `function` for, from their own tables."""
     deltanet = [f"{k}<{w}>" for k in ("conv1d_step", "conv1d_prompt") for w in CONV_WIDTHS]
     deltanet += ["deltanet_gates", "deltanet_keep", "gated_rmsnorm"]
-    deltanet += ["deltanet_scan<%d, %d>" % (dk, scan_split(dk)) for dk in SCAN_DK]
+    deltanet += ["deltanet_scan<%d, %d, %d, 0>" % (dk, scan_split(dk), SCAN_COLS) for dk in SCAN_DK]
+    deltanet += ["deltanet_scan<%d, %d, %d, 1>" % (dk, scan_split(dk), c) for dk in SCAN_DK for c in SCAN_NORM_COLS
+                 if scan_norm_cols(dk, c) == c]
     chunk = [f"{k}<{dk}>" for k in ("dn_chunk_norm", "dn_chunk_prep", "dn_chunk_state") for dk in CHUNK_DK]
     moe = ["moe_route", "moe_slots", "moe_route_slots", "moe_swiglu", "moe_combine"]
     moe += [f"moe_gemv<{b}>" for b in MOE_BITS]

@@ -39,6 +39,26 @@ def test_gated_rmsnorm_refuses_heads_wider_than_its_registers():
         KQ.gated_rmsnorm(None, None, 0, None, None, 300, 1e-6, 1, 1)
 
 
+def test_the_scan_takes_the_gated_norm_a_head_a_block_where_it_has_a_build():
+    """deltanet_scan's NORM build takes a whole head a block (all its Dv columns, rounded up to a
+    build's) in at most SCAN_NORM_THREADS threads; the heads it has no build for are refused before
+    anything launches (the backend then runs the scan and gated_rmsnorm apart)."""
+    assert KQ.scan_norm_cols(128, 128) == 128  # Qwen3.5 / 3.6: 256 threads a head
+    assert KQ.scan_norm_cols(16, 16) == 32 and KQ.scan_norm_cols(64, 48) == 64  # idle columns past Dv
+    assert KQ.scan_norm_cols(256, 64) == 64
+    assert KQ.scan_norm_cols(128, 256) is None and KQ.scan_norm_cols(256, 128) is None  # 512 threads
+    assert KQ.scan_norm_cols(64, 300) is None  # past the norm warp's 32 x GN_PER_LANE values
+    built = {n for f, n in KQ.variants() if n.startswith("deltanet_scan<")}
+    for dk in KQ.SCAN_DK:
+        for dv in range(8, 257, 8):
+            cols = KQ.scan_norm_cols(dk, dv)
+            assert cols is None or f"deltanet_scan<{dk}, {KQ.scan_split(dk)}, {cols}, 1>" in built
+    for dk, dv in ((128, 256), (64, 300)):
+        with pytest.raises(ValueError, match=f"no build with the gated norm for heads of {dk} x {dv}"):
+            KQ.deltanet_scan(None, 0, None, 0, None, 0, None, None, None, None, 2, None, 1, 1, 0, 1, 1, dk, dv, 1.0,
+                             norm=(None, 0, None, 1e-6))
+
+
 def test_an_early_expert_product_refuses_a_staged_norm():
     """The early expert product (qmv's EX 2) is built for the down product's inputs only: a norm-staged
     one is refused before anything launches."""

@@ -235,6 +235,29 @@ def test_gated_rmsnorm():
     close(B.gated_rmsnorm(x, z, w, 1e-6), ref, 2e-5)
 
 
+@pytest.mark.parametrize("window,lanes", [(1, [3, 0, -1]), (3, [2, 0])])
+def test_deltanet_step_norm_is_step_then_norm(window, lanes):
+    """Decode rows and verify windows: the op the model's decode rows call gives deltanet_step's
+    state and logs and gated_rmsnorm's output of its rows, exactly."""
+    rng = np.random.default_rng(window)
+    row_lanes = np.repeat(np.array(lanes, np.int32), window)
+    n, stride = len(row_lanes), 5
+    q, k, v, g, beta = deltanet_inputs(rng, n)
+    z, w = rng.normal(size=(n, 4, 8)).astype(np.float32), rng.uniform(0.5, 1.5, 8).astype(np.float32)
+    state = rng.normal(0, 0.3, (5, 4, 16, 8)).astype(np.float32)
+    runs = []
+    for fused in (False, True):
+        st = state.copy()
+        logs = tuple(np.zeros((2 * stride, *shape), np.float32) for shape in ((4, 16), (4, 8), (4,)))
+        if fused:
+            y = B.deltanet_step_norm(q, k, v, g, beta, st, row_lanes, z, w, 1e-6, window, stride, logs)
+        else:
+            y = B.gated_rmsnorm(B.deltanet_step(q, k, v, g, beta, st, row_lanes, window, stride, logs), z, w, 1e-6)
+        runs.append((y, st, *logs))
+    for a, b in zip(*runs):
+        assert np.array_equal(a, b)
+
+
 def test_moe_route_and_experts():
     rng = np.random.default_rng(4)
     n, E, k, H, I = 7, 8, 3, 16, 12

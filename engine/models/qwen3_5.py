@@ -166,11 +166,13 @@ class Qwen3_5(Qwen3):
             x, g, beta = b.conv1d_step_gates(qkv, layer["conv"], conv, rows.lanes, aa, bb, layer["a_log"],
                                              layer["dt_bias"], W, stride)
         q, k, v = self.split_qkv(x)
+        z = z.reshape(n, Hv, Dv)
         if rows.prompt:
             o = b.deltanet_prompt(q, k, v, g, beta, rec, int(rows.lanes[0]), DELTANET_CHUNK)
-        else:
-            o = b.deltanet_step(q, k, v, g, beta, rec, rows.lanes, W, stride, cache.logs[li])
-        o = b.gated_rmsnorm(o, z.reshape(n, Hv, Dv), layer["gnorm"], c.rms_eps)
+            o = b.gated_rmsnorm(o, z, layer["gnorm"], c.rms_eps)
+        else:  # the recurrent step and the gated norm in one op (one launch on a GPU)
+            o = b.deltanet_step_norm(q, k, v, g, beta, rec, rows.lanes, z, layer["gnorm"], c.rms_eps, W, stride,
+                                     cache.logs[li])
         return b.linear(o.reshape(n, vd), layer["out"], rows.pad_to, rows.fp16, feeds_norm=True)
 
     def split_qkv(self, x):

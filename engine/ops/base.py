@@ -192,6 +192,11 @@ class Backend(Protocol):
     def deltanet_step(self, q: Array, k: Array, v: Array, g: Array, beta: Array, state: Array,
                       lanes: Array, window: int = 1, stride: int = 0, logs: tuple = ()) -> Array: ...
 
+    def deltanet_step_norm(self, q: Array, k: Array, v: Array, g: Array, beta: Array, state: Array, lanes: Array,
+                           z: Array, w: Array, eps: float, window: int = 1, stride: int = 0,
+                           logs: tuple = ()) -> Array:
+        """`gated_rmsnorm(deltanet_step(...), z, w, eps)`, the same numbers (one launch on a GPU)."""
+
     def deltanet_keep(self, states: list, logs: list[tuple], lane: int, first: int, last: int,
                       stride: int) -> None: ...
 

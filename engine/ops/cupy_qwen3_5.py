@@ -7,9 +7,10 @@ Differences from the numpy twins, all within rounding: a prompt chunk runs the d
 chunked form like numpy (kernels/deltanet_chunk.cu, the same 64-row chunks; the products in fp32 in
 the kernels' own summation orders; scratch of O(T·Hv·(Dk + Dv + 64)) floats a call from CuPy's pool;
 a key head dim it has no kernel for, or another chunk size, takes the recurrent deltanet_scan);
-decode rows and verify windows run the recurrent form, as numpy's step; expert
-products accumulate in qmv's order over K in one segment (numpy sums a prompt's experts in expert
-order). Every row has the same arithmetic whatever the batch, as everywhere.
+decode rows and verify windows run the recurrent form, as numpy's step, the gated norm in the same
+launch (gated_rmsnorm's bits); expert products accumulate in qmv's order over K in one segment
+(numpy sums a prompt's experts in expert order). Every row has the same arithmetic whatever the
+batch, as everywhere.
 """
 from __future__ import annotations
 
@@ -104,20 +105,33 @@ class Qwen35Ops:
         v, ldv = self._q_rows(v, 3)
         return (q, ldq, k, ldk, v, ldv), cupy.empty((len(q), v.shape[1], v.shape[2]), cupy.float32)
 
-    def _scan(self, q, k, v, g, beta, state, lanes_dev, nseq: int, T: int, stride: int = 0, logs: tuple = ()):
+    def _scan(self, q, k, v, g, beta, state, lanes_dev, nseq: int, T: int, stride: int = 0, logs: tuple = (),
+              norm: tuple = ()):
         (q, ldq, k, ldk, v, ldv), out = self._qkv(q, k, v)
         n, Hk, DK = q.shape
         Hv, Dv = v.shape[1], v.shape[2]
         if n:
             KQ.deltanet_scan(q, ldq, k, ldk, v, ldv, self._q_f32(g), self._q_f32(beta), state, lanes_dev,
                              state.shape[0], out, nseq, T, stride, Hk, Hv, DK, Dv, float(np.float32(DK ** -0.5)),
-                             logs)
+                             logs, norm)
         return out
 
     def deltanet_step(self, q, k, v, g, beta, state, lanes, window: int = 1, stride: int = 0, logs: tuple = ()):
         """One launch for every window: a block steps its stream's rows in order, the state in registers."""
         return self._scan(q, k, v, g, beta, state, self._dev_i32(lanes), len(q) // window, window,
                           stride if window > 1 else 0, logs)
+
+    def deltanet_step_norm(self, q, k, v, g, beta, state, lanes, z, w, eps: float, window: int = 1, stride: int = 0,
+                           logs: tuple = ()):
+        """deltanet_step and gated_rmsnorm in one launch where the scan has a build for the heads
+        (KQ.scan_norm_cols: a head a block, the norm by gated_rmsnorm's own device function, so its
+        bits); else the two ops."""
+        if KQ.scan_norm_cols(q.shape[2], v.shape[2]) is None:
+            return self.gated_rmsnorm(self.deltanet_step(q, k, v, g, beta, state, lanes, window, stride, logs), z, w,
+                                      eps)
+        z, ldz = self._q_rows(z, 3)
+        return self._scan(q, k, v, g, beta, state, self._dev_i32(lanes), len(q) // window, window,
+                          stride if window > 1 else 0, logs, (z, ldz, self._q_f32(w), float(eps)))
 
     def deltanet_keep(self, states: list, logs: list[tuple], lane: int, first: int, last: int, stride: int) -> None:
         """Every layer's replay in one launch (kernels/deltanet.cu `deltanet_keep`); the address tables

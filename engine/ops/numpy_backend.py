@@ -355,6 +355,12 @@ class NumpyBackend:
                 logs[0][at], logs[1][at], logs[2][at] = kn[i], delta, dec
         return out
 
+    def deltanet_step_norm(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
+                           state: np.ndarray, lanes: np.ndarray, z: np.ndarray, w: np.ndarray, eps: float,
+                           window: int = 1, stride: int = 0, logs: tuple = ()) -> np.ndarray:
+        """`deltanet_step` then `gated_rmsnorm` of its output (one launch on a GPU)."""
+        return self.gated_rmsnorm(self.deltanet_step(q, k, v, g, beta, state, lanes, window, stride, logs), z, w, eps)
+
     def deltanet_keep(self, states: list, logs: list[tuple], lane: int, first: int, last: int,
                       stride: int) -> None:
         """Window rows first..last (>= 1) of each layer's log applied to its lane slot, which holds row
