@@ -3,12 +3,12 @@ their numpy twins, on the device; and the hybrid models end to end on a CuPy bac
 mixed in.
 
 Tolerances: 2e-6 relative (to the output's norm) for the elementwise ops, the conv and the norms
-(expf and the summation order differ from numpy); 2e-5 for the recurrent step; 1e-4 for the step
-through its gated norm (the step's rounding, rescaled per head) and for a prompt chunk (the chunked
-form on both sides, in other summation orders; a key head dim without a chunked kernel runs the
-recurrent form); 5e-5 for the expert products (fp32 accumulation in another order); routing choices
-exactly. Rows are checked to be bit-identical alone and in a batch; padding rows (lane -1) touch only
-the scratch slot; the scan with the gated norm gives the bits of the two ops.
+(expf and the summation order differ from numpy); 2e-5 for the recurrent step and 1e-4 for a
+prompt chunk (the chunked form on both sides, in other summation orders; a key head dim without a
+chunked kernel runs the recurrent form); 5e-5 for the expert
+products (fp32 accumulation in another order); routing choices exactly. Rows are checked to be
+bit-identical alone and in a batch; padding rows (lane -1) touch only the scratch slot. The scan with
+its gated norm: tests/test_kernels_scan_norm.py.
 """
 import numpy as np
 import pytest
@@ -311,73 +311,6 @@ def test_gated_rmsnorm(gb):
     w = rng.uniform(.5, 1.5, 48).astype(np.float32)
     out = gb.gated_rmsnorm(cupy.asarray(x), cupy.asarray(zz)[:, 8:8 + 4 * 48].reshape(5, 4, 48), cupy.asarray(w), 1e-6)
     assert rel(host(out), NB.gated_rmsnorm(x, z, w, 1e-6)) < 2e-6
-
-
-def same_bits(a, b) -> bool:
-    a, b = host(a), host(b)
-    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
-
-
-def norm_inputs(rng, n, hv, dv):
-    """z [n, hv, dv] as the model passes it (a strided view of the in-projection's rows) and w [dv]."""
-    zz = cupy.asarray(rng.normal(size=(n, hv * dv + 5)).astype(np.float32))
-    return zz[:, 3:3 + hv * dv].reshape(n, hv, dv), cupy.asarray(rng.uniform(.5, 1.5, dv).astype(np.float32))
-
-
-# (hk, hv, dk, dv): the 35B-A3B's heads; a small head; the tiny models' (16 of a block's 32 columns);
-# 48 of 64 columns; and heads without a NORM build (512 threads a block), which take the two ops
-NORM_SHAPES = [(16, 32, 128, 128), (2, 4, 32, 64), (2, 4, 16, 16), (1, 3, 64, 48), (2, 2, 128, 256)]
-
-
-@pytest.mark.parametrize("lanes", [[2], [3, 0, -1], [5, 0, 3, -1, 1, 6, 2, 4]])
-@pytest.mark.parametrize("hk,hv,dk,dv", NORM_SHAPES)
-def test_deltanet_step_norm_is_step_then_norm(gb, lanes, hk, hv, dk, dv):
-    """Decode rows (one; several streams, a padding row among them): deltanet_step_norm, the scan's
-    NORM build where it has one, gives the bits of deltanet_step then gated_rmsnorm, output and every
-    state slot; and numpy's within the step's rounding."""
-    import kernels.launch_qwen3_5 as KQ
-    assert (KQ.scan_norm_cols(dk, dv) is None) == (dv == 256)
-    rng = np.random.default_rng(len(lanes) * 1000 + dk + dv)
-    n, lanes = len(lanes), np.array(lanes, np.int32)
-    x = inputs(rng, n, hk, hv, dk, dv)
-    q, k, v, g, beta = map(cupy.asarray, x)
-    z, w = norm_inputs(rng, n, hv, dv)
-    st = rng.normal(0, .3, (9, hv, dk, dv)).astype(np.float32)
-    apart, fused = cupy.asarray(st), cupy.asarray(st)
-    ref = gb.gated_rmsnorm(gb.deltanet_step(q, k, v, g, beta, apart, lanes), z, w, 1e-6)
-    got = gb.deltanet_step_norm(q, k, v, g, beta, fused, lanes, z, w, 1e-6)
-    assert same_bits(got, ref) and same_bits(fused, apart)
-    live = lanes >= 0  # padding rows: no twin
-    nstate = st.copy()
-    nref = NB.deltanet_step_norm(*(a[live] for a in x), nstate, lanes[live], host(z)[live], host(w), 1e-6)
-    assert rel(host(got)[live], nref) < 1e-4
-
-
-@pytest.mark.parametrize("W", [4, 20])  # 20: the scan's tiles of 16 end inside the window
-@pytest.mark.parametrize("hk,hv,dk,dv", [(16, 32, 128, 128), (2, 4, 32, 64)])
-def test_deltanet_step_norm_windows(gb, W, hk, hv, dk, dv):
-    """Verify windows (stride > 0) through the NORM build: every row's output, the lanes' states and
-    the rows' logs have the bits of deltanet_step's window then gated_rmsnorm; a padding stream too."""
-    rng = np.random.default_rng(W * 10 + dk)
-    lanes = np.array([2, 0, -1, 3], np.int32)
-    stride = len(lanes) + 1  # Cache.window_stride: the lanes and the scratch slot
-    row_lanes = np.repeat(lanes, W)
-    n = len(row_lanes)
-    q, k, v, g, beta = map(cupy.asarray, inputs(rng, n, hk, hv, dk, dv))
-    z, w = norm_inputs(rng, n, hv, dv)
-    st = cupy.asarray(rng.normal(0, .3, (stride, hv, dk, dv)).astype(np.float32))
-    runs = []
-    for fused in (False, True):
-        rec = st.copy()
-        m = (W - 1) * stride
-        logs = tuple(cupy.zeros(shape, cupy.float32) for shape in ((m, hv, dk), (m, hv, dv), (m, hv)))
-        if fused:
-            y = gb.deltanet_step_norm(q, k, v, g, beta, rec, row_lanes, z, w, 1e-6, W, stride, logs)
-        else:
-            y = gb.gated_rmsnorm(gb.deltanet_step(q, k, v, g, beta, rec, row_lanes, W, stride, logs), z, w, 1e-6)
-        runs.append((y, rec, *logs))
-    for name, a, b in zip(("y", "state", "k̂ log", "δ log", "e^g log"), *runs):
-        assert same_bits(a, b), name
 
 
 # --- MoE -------------------------------------------------------------------------------------------
