@@ -30,6 +30,17 @@ def kernel_bodies() -> list[tuple[str, str, str]]:
     return out
 
 
+def capture(stream, work, programmatic: bool):
+    """The graph of work()'s launches on `stream` (current), captured with programmatic launches or not."""
+    old = pdl.use_pdl(programmatic)
+    try:
+        stream.begin_capture()
+        work()
+        return stream.end_capture()
+    finally:
+        pdl.use_pdl(old)
+
+
 def test_every_captured_kernel_waits_for_the_one_before_it():
     bodies = kernel_bodies()
     assert len(bodies) >= 30
@@ -135,13 +146,7 @@ def test_a_graph_of_dependent_products_gives_the_eager_bits(n):
         eager = [cupy.asnumpy(b) for b in bufs]
         assert np.abs(eager[-1]).sum() > 0
         for on in (True, False):
-            old = pdl.use_pdl(on)
-            try:
-                s.begin_capture()
-                chain()
-                graph = s.end_capture()
-            finally:
-                pdl.use_pdl(old)
+            graph = capture(s, chain, on)
             for _ in range(3):
                 for b in bufs:
                     b.fill(0)

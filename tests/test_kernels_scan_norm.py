@@ -5,10 +5,10 @@ rounding, rescaled per head).
 """
 import numpy as np
 import pytest
-from test_kernels_qwen3_5 import host, inputs, rel
+from test_kernels_pdl import capture
+from test_kernels_qwen3_5 import NB, gb, host, inputs, rel  # noqa: F401 - gb is a fixture
 
 from engine.ops import cuda_available
-from engine.ops.numpy_backend import NumpyBackend
 
 OK, WHY = cuda_available()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=WHY or "no GPU")]
@@ -17,17 +17,6 @@ if OK:
     import cupy
 
     import kernels.launch_qwen3_5 as KQ
-    from engine.ops.cupy_backend import CupyBackend
-    from kernels import pdl
-
-NB = NumpyBackend()
-
-
-@pytest.fixture(scope="module")
-def gb():
-    b = CupyBackend()
-    b.graphs = False
-    return b
 
 
 def same_bits(a, b) -> bool:
@@ -48,7 +37,7 @@ NORM_SHAPES = [(16, 32, 128, 128), (2, 4, 32, 64), (2, 4, 16, 16), (1, 3, 64, 48
 
 @pytest.mark.parametrize("lanes", [[2], [3, 0, -1], [5, 0, 3, -1, 1, 6, 2, 4]])
 @pytest.mark.parametrize("hk,hv,dk,dv", NORM_SHAPES)
-def test_deltanet_step_norm_is_step_then_norm(gb, lanes, hk, hv, dk, dv):
+def test_deltanet_step_norm_is_step_then_norm(gb, lanes, hk, hv, dk, dv):  # noqa: F811
     """Decode rows (one; several streams, a padding row among them): deltanet_step_norm, the scan's
     NORM build where it has one, gives the bits of deltanet_step then gated_rmsnorm, output and every
     state slot; and numpy's within the step's rounding."""
@@ -71,7 +60,7 @@ def test_deltanet_step_norm_is_step_then_norm(gb, lanes, hk, hv, dk, dv):
 
 @pytest.mark.parametrize("W", [4, 20])  # 20: the scan's tiles of 16 end inside the window
 @pytest.mark.parametrize("hk,hv,dk,dv", [(16, 32, 128, 128), (2, 4, 32, 64)])
-def test_deltanet_step_norm_windows(gb, W, hk, hv, dk, dv):
+def test_deltanet_step_norm_windows(gb, W, hk, hv, dk, dv):  # noqa: F811
     """Verify windows (stride > 0) through the NORM build: every row's output, the lanes' states and
     the rows' logs have the bits of deltanet_step's window then gated_rmsnorm; a padding stream too."""
     rng = np.random.default_rng(W * 10 + dk)
@@ -119,13 +108,7 @@ def test_deltanet_step_norm_in_a_graph(programmatic):
     with s:
         layers()
         eager = [host(a) for a in ys + states]
-        old = pdl.use_pdl(programmatic)
-        try:
-            s.begin_capture()
-            layers()
-            graph = s.end_capture()
-        finally:
-            pdl.use_pdl(old)
+        graph = capture(s, layers, programmatic)
         for _ in range(2):
             for state, st in zip(states, first):
                 state[...] = st
