@@ -118,8 +118,13 @@ class Qwen35Ops:
 
     def deltanet_step(self, q, k, v, g, beta, state, lanes, window: int = 1, stride: int = 0, logs: tuple = ()):
         """One launch for every window: a block steps its stream's rows in order, the state in registers."""
+        return self._step(q, k, v, g, beta, state, lanes, window, stride, logs)
+
+    def _step(self, q, k, v, g, beta, state, lanes, window: int, stride: int, logs: tuple, norm: tuple = ()):
+        """Decode rows in windows of `window` through the recurrent scan; norm: (z, ldz, w, eps) of the
+        scan's build with the gated norm."""
         return self._scan(q, k, v, g, beta, state, self._dev_i32(lanes), len(q) // window, window,
-                          stride if window > 1 else 0, logs)
+                          stride if window > 1 else 0, logs, norm)
 
     def deltanet_step_norm(self, q, k, v, g, beta, state, lanes, z, w, eps: float, window: int = 1, stride: int = 0,
                            logs: tuple = ()):
@@ -130,8 +135,7 @@ class Qwen35Ops:
             return self.gated_rmsnorm(self.deltanet_step(q, k, v, g, beta, state, lanes, window, stride, logs), z, w,
                                       eps)
         z, ldz = self._q_rows(z, 3)
-        return self._scan(q, k, v, g, beta, state, self._dev_i32(lanes), len(q) // window, window,
-                          stride if window > 1 else 0, logs, (z, ldz, self._q_f32(w), float(eps)))
+        return self._step(q, k, v, g, beta, state, lanes, window, stride, logs, (z, ldz, self._q_f32(w), float(eps)))
 
     def deltanet_keep(self, states: list, logs: list[tuple], lane: int, first: int, last: int, stride: int) -> None:
         """Every layer's replay in one launch (kernels/deltanet.cu `deltanet_keep`); the address tables
