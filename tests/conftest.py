@@ -49,6 +49,16 @@ def default_model() -> str:
     return str(_ENGINE_DEFAULT_MODEL)
 
 
+@pytest.fixture(scope="module")
+def gb():
+    """A CuPy backend with graphs off, so each op launches on its own (the kernels' contract tests; a
+    module that wants another backend defines its own `gb`)."""
+    from engine.ops.cupy_backend import CupyBackend
+    b = CupyBackend()
+    b.graphs = False
+    return b
+
+
 # ---------------------------------------------------------------------------------------------
 # App fixtures (tests/test_app_*.py): Qt offscreen, a private LANECHAT_HOME, a model for the
 # numpy backend, and a qasync loop that runs inside pytest-qt's event processing.

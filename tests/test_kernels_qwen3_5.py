@@ -23,19 +23,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=WHY or "no GPU"
 if OK:
     import cupy
 
-    from engine.ops.cupy_backend import CupyBackend
     from engine.ops.cupy_weights import ExpertWeight, QExperts, prepare_experts
 
-    Backend = CupyBackend
-
 NB = NumpyBackend()
-
-
-@pytest.fixture(scope="module")
-def gb():
-    b = Backend()
-    b.graphs = False
-    return b
 
 
 def rel(a, b) -> float:

@@ -6,7 +6,7 @@ rounding, rescaled per head).
 import numpy as np
 import pytest
 from test_kernels_pdl import capture
-from test_kernels_qwen3_5 import NB, gb, host, inputs, rel  # noqa: F401 - gb is a fixture
+from test_kernels_qwen3_5 import NB, host, inputs, rel
 
 from engine.ops import cuda_available
 
@@ -37,7 +37,7 @@ NORM_SHAPES = [(16, 32, 128, 128), (2, 4, 32, 64), (2, 4, 16, 16), (1, 3, 64, 48
 
 @pytest.mark.parametrize("lanes", [[2], [3, 0, -1], [5, 0, 3, -1, 1, 6, 2, 4]])
 @pytest.mark.parametrize("hk,hv,dk,dv", NORM_SHAPES)
-def test_deltanet_step_norm_is_step_then_norm(gb, lanes, hk, hv, dk, dv):  # noqa: F811
+def test_deltanet_step_norm_is_step_then_norm(gb, lanes, hk, hv, dk, dv):
     """Decode rows (one; several streams, a padding row among them): deltanet_step_norm, the scan's
     NORM build where it has one, gives the bits of deltanet_step then gated_rmsnorm, output and every
     state slot; and numpy's within the step's rounding."""
@@ -60,7 +60,7 @@ def test_deltanet_step_norm_is_step_then_norm(gb, lanes, hk, hv, dk, dv):  # noq
 
 @pytest.mark.parametrize("W", [4, 20])  # 20: the scan's tiles of 16 end inside the window
 @pytest.mark.parametrize("hk,hv,dk,dv", [(16, 32, 128, 128), (2, 4, 32, 64)])
-def test_deltanet_step_norm_windows(gb, W, hk, hv, dk, dv):  # noqa: F811
+def test_deltanet_step_norm_windows(gb, W, hk, hv, dk, dv):
     """Verify windows (stride > 0) through the NORM build: every row's output, the lanes' states and
     the rows' logs have the bits of deltanet_step's window then gated_rmsnorm; a padding stream too."""
     rng = np.random.default_rng(W * 10 + dk)
