@@ -321,6 +321,30 @@ def test_moe_route(gb, E, k):
     assert rel(host(sw), rw) < 2e-6
 
 
+def check_slots(s, experts: np.ndarray, E: int) -> None:
+    """A slot table groups every id once: each slot one expert's ids, at most R of them, an expert
+    ceil(count / R) slots, the used slots first and the rest empty."""
+    from kernels.launch_qwen3_5 import slot_rows
+    R = slot_rows(s.nt)
+    t = host(s.table).reshape(s.Z, 2 + R)
+    used = int((t[:, 1] > 0).sum())
+    assert (t[:used, 1] > 0).all() and (t[used:, 1] == 0).all() and (t[:used, 1] <= R).all()
+    ids = np.concatenate([t[z, 2:2 + t[z, 1]] for z in range(used)])
+    assert np.array_equal(np.sort(ids), np.arange(experts.size))
+    for z in range(used):
+        assert (experts.ravel()[t[z, 2:2 + t[z, 1]]] == t[z, 0]).all()
+    counts = np.bincount(experts.ravel(), minlength=E)
+    assert np.array_equal(np.bincount(t[:used, 0], minlength=E), -(-counts // R))
+
+
+@pytest.mark.parametrize("nk,E", [(9, 257), (72, 257), (360, 65), (40, 8), (2000, 1024)])
+def test_moe_slots_group_every_id_once(nk, E):
+    """moe_slots' table, for few ids (slots of 4) and many ids over few experts (slots of 16)."""
+    import kernels.launch_qwen3_5 as KQ
+    experts = np.random.default_rng(nk).integers(0, E, nk).astype(np.int32)
+    check_slots(KQ.moe_slots(cupy.asarray(experts), E), experts, E)
+
+
 def test_moe_route_slots_is_route_then_slots(gb):
     """Decode rows (up to 32) are routed and grouped by expert in one launch, the shared expert
     appended as expert E: the same choices as numpy's, the same products' bits as moe_slots' grouping;
@@ -336,6 +360,8 @@ def test_moe_route_slots_is_route_then_slots(gb):
         assert (gb._routed is not None) == (n <= 32)
         ridx, rw = NB.moe_route(both[:, :E], k, both[:, E:])
         assert np.array_equal(host(idx), ridx) and rel(host(w), rw) < 2e-6
+        if n <= 32:
+            check_slots(gb._routed[2], ridx, E + 1)
         fused = host(gb.moe_experts(x, dgu, ddn, idx, w))
         apart = host(gb.moe_experts(x, dgu, ddn, idx.copy(), w))  # another array: moe_slots of its own
         assert np.array_equal(fused, apart)
