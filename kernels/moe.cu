@@ -100,7 +100,7 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, i64 ld, i
 // at most R to a slot; slot s = [expert, count, ids...] (stride 2 + R), slots past the last one
 // empty. Z >= ceil(nk / R) + min(E, nk) slots. Which slots an expert takes and where an id lands
 // within them vary from run to run and change no bits (qmv's rows are independent), so an expert
-// claims its slots by one shared atomic add instead of a scan: three barriers, not twenty-three.
+// claims its slots by one shared atomic add, with no scan over the experts (three barriers).
 // Block of 1024, E <= 1024.
 DEV void build_slots(const int* experts, int nk, int E, int R, int* __restrict__ slots, int Z) {
   __shared__ int cnt[1024], first[1024], fill[1024], total;
