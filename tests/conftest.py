@@ -50,12 +50,12 @@ def default_model() -> str:
 
 
 @pytest.fixture(scope="module")
-def gb():
-    """A CuPy backend with graphs off, so each op launches on its own (the kernels' contract tests; a
-    module that wants another backend defines its own `gb`)."""
+def gb(request):
+    """The module's CuPy backend: graphs off, so each op launches on its own (the kernels' contract
+    tests), unless the module sets GB_GRAPHS = True (decode steps replay captured graphs)."""
     from engine.ops.cupy_backend import CupyBackend
     b = CupyBackend()
-    b.graphs = False
+    b.graphs = getattr(request.module, "GB_GRAPHS", False)
     return b
 
 

@@ -124,10 +124,7 @@ CASES = [(m, d, p) for m in MODELS for d in ("bf16", "fp8") for p in ("exact", "
          if not (m == "llama3-8b-2l" and d == "fp8")]
 
 
-@pytest.fixture(scope="module")
-def gb():
-    from engine.ops.cupy_backend import CupyBackend
-    return CupyBackend()
+GB_GRAPHS = True  # conftest's gb: decode steps replay captured graphs
 
 
 @gpu_test

@@ -17,10 +17,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=WHY or "no GPU"
 RING = (2, 20, 2, 16)  # layers, positions, kv heads, head dim
 
 
-@pytest.fixture(scope="module")
-def gb():
-    from engine.ops.cupy_backend import CupyBackend
-    return CupyBackend()
+GB_GRAPHS = True  # conftest's gb: decode steps replay captured graphs
 
 
 def caches(gb):

@@ -11,10 +11,7 @@ OK, WHY = cuda_available()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=WHY or "no GPU")]
 
 
-@pytest.fixture(scope="module")
-def gb():
-    from engine.ops.cupy_backend import CupyBackend
-    return CupyBackend()
+GB_GRAPHS = True  # conftest's gb: decode steps replay captured graphs
 
 
 def big_snapshot(rng) -> Snapshot:

@@ -23,15 +23,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=WHY or "no GPU"
 if OK:
     import cupy
 
-    from engine.ops.cupy_backend import CupyBackend
     from engine.ops.cupy_lazy import Heads
 
-
-@pytest.fixture(scope="module")
-def gb():
-    return CupyBackend()
-
-
+GB_GRAPHS = True  # conftest's gb: decode steps replay captured graphs
 NB = NumpyBackend()
 
 
