@@ -112,6 +112,8 @@ struct QmvShape {
 // ([expert, count, R row ids]; moe_slots builds them): x row id / kx, y row id. EX 2: the same, with
 // slots written two or more launches back (the experts' down product): the slot and the first batch
 // of weights are read before the PDL wait, so the fetch overlaps the previous product's tail.
+// XM 3 (1-2 rows): XM 2 where x2 is the experts' rows [n·cmk, ldx2] and row r's x2 their combination under
+// weights cmw [n, cmk], summed as the block stages it (moe_combine's bits; one launch fewer a MoE layer).
 template <int BITS, int SUB, int NT, int XM, int SBT, int EX, int MINB>
 __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, const u32* __restrict__ sb, int st_,
                                            const float* __restrict__ x, const float* __restrict__ x2, i64 ldx,
@@ -124,7 +126,8 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
                                            const float* __restrict__ sxp, const float* __restrict__ sqp,
                                            uint4* __restrict__ xso, float* __restrict__ sxo, float* __restrict__ sqo,
                                            const float* __restrict__ reso, i64 ldres, const float* __restrict__ nwo,
-                                           float* __restrict__ hso, i64 ldhs) {
+                                           float* __restrict__ hso, i64 ldhs, const float* __restrict__ cmw,
+                                           int cmk) {
   if (EX == 1) PDL_ENTRY;  // the slots come from the kernel just before
   using Sh = QmvShape<BITS, SUB, NT, MINB>;
   constexpr int R = Sh::R, SR = Sh::SR, BATCH = Sh::BATCH, PITCH = Sh::PITCH, GPB = Sh::GPB, CW = Sh::CW;
@@ -178,7 +181,7 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
       xl[zr * PITCH + i] = 0;
     }
   for (int i = tid; i < (R - nr) * GPW; i += 256) sx_s[nr * GPW + i] = 0.0f;
-  if (XM == 2 && tid < R) ss_s[tid] = 0.0f;
+  if (XM >= 2 && tid < R) ss_s[tid] = 0.0f;
 
   float acc[NTE][4];
 #pragma unroll
@@ -224,7 +227,7 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
         const int r = c / (cpr / GL), j = c % (cpr / GL);
         sx_s[r * GPW + j] = sxp[(i64)(r0 + r) * (np / GL) + wb / (8 * GL) + j];
       }
-      if (XM == 2)
+      if (XM >= 2)
         for (int c = tid; c < nr * (cpr / 8); c += 256) {
           const int r = c / (cpr / 8), j = c % (cpr / 8);
           sq_s[r * NB64 + j] = sqp[(i64)(r0 + r) * (np / 8) + wb / 64 + j];
@@ -237,22 +240,23 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
         const i64 row = !here ? 0 : EX ? srow_s[r] / kx : r0 + r;
         u32 hi[4], lo[4];
         float xs, sq;
-        split_piece<XM>(x + row * ldx, x2 != nullptr ? x2 + row * ldx2 : nullptr, nw,
-                        hout != nullptr && mb == 0 ? hout + row * ldh : nullptr, here && k < k1, k, hi, lo, xs, sq);
+        split_piece<XM>(x + row * ldx, x2 != nullptr ? x2 + row * (XM == 3 ? cmk : 1) * ldx2 : nullptr, nw,
+                        hout != nullptr && mb == 0 ? hout + row * ldh : nullptr, here && k < k1, k, hi, lo, xs, sq,
+                        cmw + row * cmk, cmk, ldx2);
         if (here) {
           *(uint4*)(xh + (PK ? 2 * r : r) * PITCH + 8 * j) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
           *(uint4*)((PK ? xh + (2 * r + 1) * PITCH : xl + r * PITCH) + 8 * j) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
         }
         xs = lanes_sum<GL>(xs);
         if (here && j % GL == 0) sx_s[r * GPW + j / GL] = xs;
-        if (XM == 2) {
+        if (XM >= 2) {
           sq = lanes_sum<8>(sq);
           if (here && j % 8 == 0) sq_s[r * NB64 + j / 8] = sq;
         }
       }
     }
     __syncthreads();
-    if (XM == 2 && tid < nr) {  // the row's sum of squares, 64 inputs at a time in order
+    if (XM >= 2 && tid < nr) {  // the row's sum of squares, 64 inputs at a time in order
       float s = ss_s[tid];
       for (int i = 0; i < NB64 && wb + 64 * i < k1; ++i) s = __fadd_rn(s, sq_s[tid * NB64 + i]);
       ss_s[tid] = s;
@@ -378,7 +382,7 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
           const int m = T * 16 + g + 8 * (c >> 1), n = PK ? t : nt * 8 + 2 * t + (c & 1);
           if ((!PK || !(c & 1)) && m < M && n < nr) {
             float v = acc[nt][c];
-            if (XM == 2) v = __fdiv_rn(v, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss_s[n], (float)K), eps)));
+            if (XM >= 2) v = __fdiv_rn(v, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss_s[n], (float)K), eps)));
             y[(i64)(EX ? srow_s[n] : r0 + n) * ldy + m] = v;
           }
         }
@@ -394,14 +398,14 @@ __global__ void __launch_bounds__(256, MINB) qmv(const u32* __restrict__ codes, 
         if ((!PK || !(c & 1)) && n < nr) part[(((i64)z * P + p) * R + n) * Mp + m] = acc[nt][c];
       }
   }
-  if (XM == 2 && tid < R) sspart[(((i64)z * MB + mb) * P + p) * R + tid] = ss_s[tid];
+  if (XM >= 2 && tid < R) sspart[(((i64)z * MB + mb) * P + p) * R + tid] = ss_s[tid];
   if (!arrive_last(counters + (i64)z * MB + mb, 1, P - 1, &last_s)) return;
   // the last block of these 128 rows: segments added in order, their loads in flight 8 at a time
   for (int e = tid; e < 128 * nr; e += 256) {
     const int n = e >> 7, m = mb * 128 + (e & 127);
     if (m >= M) continue;
     float v = sum_in_order(part + ((i64)z * P * R + n) * Mp + m, (i64)R * Mp, P);
-    if (XM == 2) {
+    if (XM >= 2) {
       const float ss = sum_in_order(sspart + ((i64)z * MB + mb) * P * R + n, R, P);
       v = __fdiv_rn(v, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)K), eps)));
     }
@@ -434,7 +438,7 @@ __global__ void __launch_bounds__(256) qmv_xsplit(const float* __restrict__ x, c
   }
   s = lanes_sum<GL>(s);
   if (j < np && j % GL == 0) sx[(i64)r * (np / GL) + j / GL] = s;
-  if (XM == 2) {
+  if (XM >= 2) {
     q = lanes_sum<8>(q);
     if (j < np && j % 8 == 0) sq[(i64)r * (np / 8) + j / 8] = q;
   }

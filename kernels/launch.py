@@ -53,6 +53,7 @@ QMV_TILES = (0, 1, 2, 4)  # 8-row n-tiles per block (0: up to 4 rows packed), pi
 QMV_SCALES = (0, 1, 2)  # scale types: fp16, bf16, fp32 pairs
 QMV_INPUTS = (0, 1, 2)  # xm: x, silu(x) * x2, rmsnorm(x [+ x2]) * nw (the expert builds too: down, gate_up)
 QMV_EXPERT_TILES = (0, 2)  # expert products: up to 4 rows an expert packed, or 16
+QMV_COMBINE_ROWS = 2  # the most rows whose products sum the experts' combination as they stage (XM 3)
 QMV_EARLY_INPUTS = (0, 1)  # xm of the early expert builds (EX 2: down's inputs, never a staged norm)
 _counters = {}
 
@@ -111,22 +112,36 @@ def qmv_splits_out(nrows: int, M: int, K: int, group: int, group2: int) -> bool:
     return 4 <= nrows <= 16 and qmv_split(M, K)[1] > 1 and group == group2 and M % 8 == 0
 
 
+def qmv_combines(nrows: int, M: int, K: int, sms: int) -> bool:
+    """Whether qmv's blocks sum the experts' combination as they stage a norm's input (`combine`, the XM 3
+    builds): 1-2 rows (each block loads every expert row of its inputs), where the grid stages little
+    (not an lm_head's) and runs 2 blocks an SM on `sms` SMs (at 3 the staging's rows spill)."""
+    P = qmv_split(M, K)[1]
+    return (nrows <= QMV_COMBINE_ROWS and -(-M // 128) * K < 3 << 18
+            and qmv_min_blocks(-(-M // 128) * P, sms) == 2)
+
+
 def qmv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, ldx: int, y, nrows: int, xm: int = 0,
         x2=None, ldx2: int = 0, nw=None, eps: float = 0.0, hout=None, ldh: int = 0, min_blocks: int = 0,
-        split_x: bool | None = None, pieces=None, split_out=None):
+        split_x: bool | None = None, pieces=None, split_out=None, combine=None):
     """y[:nrows, :M] = f(x) @ W^T for repacked W, with f by xm: 0 x; 1 silu(x) * x2;
     2 rmsnorm(x [+ x2]) * nw (h = x + x2 written to hout when given). min_blocks: 2 or 3 blocks an SM
     where both are compiled (4-bit, up to 8 rows), 0 for the one with fewer waves (qmv_min_blocks).
     split_x: f(x) split once by qmv_xsplit or staged by every block (the same bits); None picks by shape.
     pieces: f(x) already split (xsplit_buffers, written by a product's split_out). split_out: (pieces,
     res, ldres, nw2, h, ldh2): also write the next product's input split, rmsnorm(y + res) * nw2 with
-    h = y + res to h, as qmv_xsplit would (qmv_splits_out says where it can)."""
-    import cupy
+    h = y + res to h, as qmv_xsplit would (qmv_splits_out says where it can). combine: (weights
+    [nrows, k], k) with xm 2: x2 is the experts' rows [nrows·k, ldx2] and a row's x2 their combination,
+    moe_combine's (qmv_combines says where)."""
     nt = 0 if nrows <= 4 else (1 if nrows <= 8 else (2 if nrows <= 16 else 4))  # 0: up to 4 rows packed
     R = 8 * nt if nt else 4
     KS, P = qmv_split(M, K)
     if split_out is not None and not qmv_splits_out(nrows, M, K, group, group):
         raise ValueError(f"qmv cannot split its output for {nrows} rows of [{M}, {K}]")
+    if combine is not None and (xm != 2 or x2 is None or pieces is not None or split_x or min_blocks == 3
+                                or not qmv_combines(nrows, M, K, sm_count())):
+        raise ValueError(f"qmv cannot stage the experts' combination for {nrows} rows of [{M}, {K}]")
+    import cupy
     Mp = -(-M // TM_ROWS) * TM_ROWS
     mblocks, slices = -(-M // 128), -(-nrows // R)
     if P > 1:
@@ -141,16 +156,18 @@ def qmv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, ldx: int, 
     if pieces is not None:
         xs, sx, sq = pieces
         hout = None
-    elif split_x if split_x is not None else qmv_splits_x(nrows, M, K, xm):
+    elif combine is None and (split_x if split_x is not None else qmv_splits_x(nrows, M, K, xm)):
         xs, sx, sq = qmv_xsplit(x, ldx, nrows, K, group, xm, x2, ldx2, nw, hout, ldh)
         hout = None
     (xo, sxo, sqo), res, ldres, nw2, h2, ldh2 = split_out or ((None, None, None), None, 0, None, None, 0)
-    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 0, %d>" % (bits, group // 32, nt, xm, st, minb))
+    kxm = 3 if combine is not None else xm  # the build that sums the combination as it stages
+    f = function("gemv.cu", "qmv<%d, %d, %d, %d, %d, 0, %d>" % (bits, group // 32, nt, kxm, st, minb))
     f((mblocks, P, slices), (256,),
       (codes, sb, i32(st), x, _ptr(x2), i64(ldx), i64(ldx2), _ptr(nw), f32(eps), _ptr(hout), i64(ldh), y,
        i64(y.shape[1]), i32(nrows), i32(M), i32(Mp), i32(K), i32(Sp), i32(KS), _ptr(part),
        _ptr(sspart), _ptr(counters), NULL, i32(1), i64(0), i64(0), _ptr(xs), _ptr(sx), _ptr(sq),
-       _ptr(xo), _ptr(sxo), _ptr(sqo), _ptr(res), i64(ldres), _ptr(nw2), _ptr(h2), i64(ldh2)))
+       _ptr(xo), _ptr(sxo), _ptr(sqo), _ptr(res), i64(ldres), _ptr(nw2), _ptr(h2), i64(ldh2),
+       *((NULL, i32(0)) if combine is None else (combine[0], i32(combine[1])))))
 
 
 def xsplit_buffers(nrows: int, K: int, group: int, xm: int):
@@ -477,6 +494,8 @@ def variants() -> list[tuple[str, str]]:
     gemv += ["qmv<%d, %d, %d, %d, %d, 0, %d>" % (bits, group // 32, nt, xm, st, minb)
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_TILES for xm in QMV_INPUTS
              for st in QMV_SCALES for minb in ((2, 3) if bits == 4 and nt <= 1 else (2,))]
+    gemv += ["qmv<%d, %d, 0, 3, %d, 0, 2>" % (bits, group // 32, st)  # the staged combination
+             for bits in QMV_BITS for group in QMV_GROUPS for st in QMV_SCALES]
     gemv += ["qmv_xsplit<%d, %d>" % (xm, group // 32) for xm in QMV_INPUTS for group in QMV_GROUPS]
     gemv += ["qmv<%d, %d, %d, %d, %d, %d, 2>" % (bits, group // 32, nt, xm, st, ex)
              for bits in QMV_BITS for group in QMV_GROUPS for nt in QMV_EXPERT_TILES for xm in QMV_INPUTS

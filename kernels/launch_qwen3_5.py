@@ -233,7 +233,7 @@ def qmv_experts(codes, sb, st: int, bits: int, group: int, M: int, K: int, Mp: i
       (codes, sb, i32(st), x, L._ptr(x2), i64(ldx), i64(ldx2), L._ptr(nw), f32(eps), L.NULL, i64(0), y,
        i64(y.shape[1]), i32(slots.nk), i32(M), i32(Mp), i32(K), i32(L.padded_subgroups(K)), i32(K), L.NULL,
        L.NULL, L.NULL, slots.table, i32(1 if xj else k), i64(ecodes), i64(esb), L.NULL, L.NULL, L.NULL, L.NULL, L.NULL,
-       L.NULL, L.NULL, i64(0), L.NULL, L.NULL, i64(0)))
+       L.NULL, L.NULL, i64(0), L.NULL, L.NULL, i64(0), L.NULL, i32(0)))
 
 
 def moe_swiglu(gu, act, I: int, rows_k: int):

@@ -15,12 +15,41 @@ DEV void ld8(float* v, const float* __restrict__ p) {
   v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
 }
 
+// 8 inputs of Σ_j cw[j]·y[j·ldc + i] over ck expert rows, summed in choice order from zero with moe_combine's
+// rounding (the same bits as the combined row it would write). Three rows' loads are in flight at once (the
+// rows are in L2, just written by the experts' down product).
+DEV void combine8(float* u, const float* __restrict__ y, i64 ldc, const float* __restrict__ cw, int ck) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) u[i] = 0.0f;
+  int j = 0;
+  for (; j + 3 <= ck; j += 3) {
+    float t[3][8];
+#pragma unroll
+    for (int r = 0; r < 3; ++r) ld8(t[r], y + (j + r) * ldc);
+#pragma unroll
+    for (int r = 0; r < 3; ++r) {
+      const float wj = cw[j + r];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) u[i] = __fadd_rn(u[i], __fmul_rn(wj, t[r][i]));
+    }
+  }
+  for (; j < ck; ++j) {
+    float t[8];
+    ld8(t, y + j * ldc);
+    const float wj = cw[j];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) u[i] = __fadd_rn(u[i], __fmul_rn(wj, t[i]));
+  }
+}
+
 // One 8-input piece of an x row (xr, x2r, hr: the row's starts) as qmv stages it: f(x) by XM (XM 2:
 // h = x + x2, written to hr when given, then h * nw), its bf16 hi/lo halves, the sum of hi + lo and
-// (XM 2) of h's squares; zeros where !live.
+// (XM 2) of h's squares; zeros where !live. XM 3: XM 2 with x2 the experts' combination, combine8 of the
+// ck rows from x2r (row stride ldc) under weights cw.
 template <int XM>
 DEV void split_piece(const float* __restrict__ xr, const float* __restrict__ x2r, const float* __restrict__ nw,
-                     float* __restrict__ hr, bool live, int k, u32 (&hi)[4], u32 (&lo)[4], float& xs, float& sq) {
+                     float* __restrict__ hr, bool live, int k, u32 (&hi)[4], u32 (&lo)[4], float& xs, float& sq,
+                     const float* __restrict__ cw = nullptr, int ck = 0, i64 ldc = 0) {
   float v[8];
   sq = 0.0f;
   if (live) {
@@ -30,10 +59,13 @@ DEV void split_piece(const float* __restrict__ xr, const float* __restrict__ x2r
       ld8(u, x2r + k);
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = silu_mul_f(v[i], u[i]);
-    } else if (XM == 2) {
+    } else if (XM >= 2) {
       if (x2r != nullptr) {
         float u[8];
-        ld8(u, x2r + k);
+        if (XM == 3)
+          combine8(u, x2r + k, ldc, cw, ck);
+        else
+          ld8(u, x2r + k);
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[i] = __fadd_rn(v[i], u[i]);
         if (hr != nullptr) {

@@ -94,7 +94,7 @@ def covered(names: list[str]) -> list[str]:
         bits, sub, nt, xm, st, ex, minb = map(int, m.groups())
         if minb != 2:
             pick = ("blocks an SM", minb)
-        elif st == xm or (xm, st) == (0, 2):
+        elif st == xm or (xm, st) in ((0, 2), (3, 0)):  # XM 3 (a staged combination) with fp16 scales
             pick = ("input mode, scale type", xm, st)
         else:
             continue

@@ -64,3 +64,12 @@ def test_an_early_expert_product_refuses_a_staged_norm():
     one is refused before anything launches."""
     with pytest.raises(ValueError, match="not a staged norm"):
         KQ.qmv_experts(None, None, 1, 4, 64, 1024, 2048, 1024, None, 8, None, 2048, False, None, xm=2, early=True)
+
+
+def test_products_sum_the_experts_combination_for_one_or_two_rows_of_a_small_grid():
+    assert K.qmv_combines(1, 12352, 2048, 132) and K.qmv_combines(2, 6144, 2048, 132)
+    assert not K.qmv_combines(3, 12352, 2048, 132)  # every block would load 3 x k expert rows
+    assert not K.qmv_combines(1, 248320, 2048, 132)  # an lm_head's 1,940 blocks
+    assert not K.qmv_combines(1, 12352, 2048, 48)  # a GB10 runs the in-projection's 194 blocks 3 an SM
+    with pytest.raises(ValueError, match="cannot stage the experts' combination"):
+        K.qmv(None, None, 1, 4, 64, 12352, 2048, None, 2048, None, 1, xm=0, combine=(None, 9))

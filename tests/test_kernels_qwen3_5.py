@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=WHY or "no GPU"
 if OK:
     import cupy
 
+    import kernels.launch_qwen3_5 as KQ
     from engine.ops.cupy_weights import ExpertWeight, QExperts, prepare_experts
 
 NB = NumpyBackend()
@@ -34,7 +35,9 @@ def rel(a, b) -> float:
 
 
 def host(a):
-    return cupy.asnumpy(a)
+    """A device array, or a lazy one's numbers (moe_experts' pending combination), on the host."""
+    from engine.ops.cupy_lazy import Lazy
+    return cupy.asnumpy(a.materialize() if isinstance(a, Lazy) else a)
 
 
 # --- DeltaNet ------------------------------------------------------------------------------------
@@ -435,6 +438,31 @@ def test_moe_experts_stage_a_pending_rmsnorm(gb, bits, prompt):
     assert rel(out, NB.moe_experts(hn, dequantize(gu_w), dequantize(dn_w), idx, w, prompt)) < 1e-4
     for rows in ([0], [n - 1], list(range(n - 1, -1, -3))):
         assert np.array_equal(run(rows), out[rows])
+
+
+@pytest.mark.parametrize("k", [9, 8])  # 8 choices and the shared expert; 8 (rows past whole threes)
+@pytest.mark.parametrize("n", [1, 2, 3, 8])
+def test_next_product_stages_the_experts_combination(gb, n, k):
+    """Decode rows: moe_experts returns the combination pending, and the next 1-2 row product sums it as
+    it stages rmsnorm(res + it) (qmv's combine): the product and h = res + it have the bits of
+    moe_combine followed by the same product; elsewhere it is materialised, the same bits."""
+    import kernels.launch as KL
+    from engine.ops.cupy_lazy import Combined
+    rng = np.random.default_rng(n + k)
+    M, H = 12352, 2048  # the 35B-A3B's in-projection after its MoE
+    qw = gb.prepare(quantize(rng.normal(0, H ** -.5, (M, H)).astype(np.float32), 4, 64))
+    y = cupy.asarray(rng.normal(size=(n * k, H)).astype(np.float32))
+    w = cupy.asarray(rng.uniform(0, .3, (n, k)).astype(np.float32))
+    res, nw = cupy.asarray(rng.normal(size=(n, H)).astype(np.float32)), cupy.asarray(rng.uniform(.5, 1.5, H))
+    nw = nw.astype(cupy.float32)
+    comb = Combined(y, w, k)
+    normed, h = gb.add_rmsnorm(comb, res, nw, 1e-6)
+    got, got_h = host(gb.linear(normed, qw)), host(h.materialize())
+    assert (not comb.written) == KL.qmv_combines(n, M, H, KL.sm_count()) == (n <= 2)  # summed as staged
+    out = cupy.empty((n, H), cupy.float32)
+    KQ.moe_combine(y, w, k, out, H, n)
+    normed, h = gb.add_rmsnorm(out, res, nw, 1e-6)
+    assert np.array_equal(got, host(gb.linear(normed, qw))) and np.array_equal(got_h, host(h.materialize()))
 
 
 @pytest.mark.parametrize("E,H", [(256, 2048), (512, 4096), (8, 64)])

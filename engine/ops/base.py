@@ -208,4 +208,7 @@ class Backend(Protocol):
     def moe_route(self, logits: Array, top_k: int, shared_gate: Array | None = None) -> tuple[Array, Array]: ...
 
     def moe_experts(self, x: Array, gate_up: Array, down: Array, experts: Array, weights: Array,
-                    prompt: bool = False, shared: Array | None = None, shared_gate: Array | None = None) -> Array: ...
+                    prompt: bool = False, shared: Array | None = None, shared_gate: Array | None = None) -> Array:
+        """Σ_j weights[:, j]·expert_j(x) (+ sigmoid(shared_gate)·shared). A GPU backend may return decode
+        rows' combination pending, as it does a norm: the next product can sum it while staging its input,
+        and `to_host` or any other op sees the numbers."""

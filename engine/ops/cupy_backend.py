@@ -54,7 +54,7 @@ from .cupy_choice import ChoiceOps
 from .cupy_drafters import DrafterOps
 from .cupy_import import cupy
 from .cupy_landing import DeviceLanding
-from .cupy_lazy import Heads, Lazy, Normed, Product, Residual, SiluMul, aligned_rows, unit_rows
+from .cupy_lazy import Combined, Heads, Lazy, Normed, Product, Residual, SiluMul, aligned_rows, unit_rows
 from .cupy_qwen3_5 import Qwen35Ops
 from .cupy_weights import QWeight
 
@@ -317,7 +317,8 @@ class CupyBackend(AttentionOps, ChoiceOps, Qwen35Ops, DrafterOps):
     def add_rmsnorm(self, x, residual, w, eps: float):
         """(rmsnorm(x + residual) * w, x + residual), both pending until a product or an op needs them."""
         self._use()
-        normed = Normed(self, x if isinstance(x, Product) else self._rows2d(x), self._rows2d(residual), w, eps)
+        normed = Normed(self, x if isinstance(x, (Product, Combined)) else self._rows2d(x), self._rows2d(residual), w,
+                        eps)
         return normed, Residual(normed)
 
     def silu_mul(self, gate, up):
@@ -380,12 +381,14 @@ class CupyBackend(AttentionOps, ChoiceOps, Qwen35Ops, DrafterOps):
         """(the x rows, the products' input-mode keywords): a pending RMSNorm (its residual's h written
         by the product) or SiLU gate is applied as the product stages its input."""
         if isinstance(x, Normed) and x.w.shape == (w.K,) and x.w.dtype == cupy.float32:
-            res = x.res
-            kw = dict(xm=2, x2=res, ldx2=0 if res is None else res.strides[0] // 4, nw=x.w, eps=x.eps,
-                      hout=None if x.h_ready else x.h, ldh=w.K)
+            res, c = x.res, x.x
+            kw = dict(xm=2, nw=x.w, eps=x.eps, hout=None if x.h_ready else x.h, ldh=w.K)
             if x.shape[0]:
                 x.h_ready = True
-            return self._m(x.x), kw
+            if (isinstance(c, Combined) and res is not None and K.qmv_combines(x.shape[0], w.M, w.K, K.sm_count())
+                    and aligned_rows(c.y)):  # h = res + the experts' combination, summed as it loads
+                return res, dict(kw, x2=c.y, ldx2=c.y.strides[0] // 4, combine=(c.weights, c.k))
+            return self._m(c), dict(kw, x2=res, ldx2=0 if res is None else res.strides[0] // 4)
         if isinstance(x, SiluMul) and all(aligned_rows(a) for a in (x.g, x.u)):
             return x.g, dict(xm=1, x2=x.u, ldx2=x.u.strides[0] // 4)
         return self._rows2d(x), {}

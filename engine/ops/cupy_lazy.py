@@ -3,14 +3,16 @@
 `rope` (and an RMSNorm over the head dim) return `Heads`, which the KV write and the attention
 kernels apply as they load the heads; `rmsnorm` / `add_rmsnorm` of rows return `Normed` (and its
 `Residual`) and `silu_mul` returns `SiluMul`, which the next quantized `linear` computes as it
-stages its input (qmv modes 2 and 1). Any other consumer materialises them, with the same
-arithmetic. This saves four launches a layer. A 4-16 row product that feeds such a norm is a
+stages its input (qmv modes 2 and 1); a MoE layer's decode rows return `Combined`, which the next
+1-2 row product sums as it stages the following norm. Any other consumer materialises them, with
+the same arithmetic. This saves four launches a layer (five after a MoE). A 4-16 row product that feeds such a norm is a
 `Product` until then: where the next product splits its input once (qmv_xsplit), it writes that
 split as it reduces its rows, one launch fewer.
 """
 from __future__ import annotations
 
 import kernels.launch as K
+import kernels.launch_qwen3_5 as KQ
 
 from .cupy_import import cupy
 
@@ -102,6 +104,29 @@ class Normed(Lazy):
         if not self.h_ready:
             self.materialize()
         return self.h
+
+
+class Combined(Lazy):
+    """The experts' combination Σ_j weights[:, j]·y[r·k + j] of [n, H] rows, pending: a 1-2 row product
+    staging rmsnorm(res + this) sums it as it loads its input (qmv's combine); anything else
+    materialises it with moe_combine, the same bits."""
+
+    def __init__(self, y, weights, k: int):
+        self.y, self.weights, self.k = y, weights, k
+        self.shape, self.dtype, self.ndim = (weights.shape[0], y.shape[1]), y.dtype, 2
+        self._out = None
+
+    @property
+    def written(self) -> bool:
+        """Whether moe_combine has written it (a product that summed it while staging does not)."""
+        return self._out is not None
+
+    def materialize(self):
+        if self._out is None:
+            n, H = self.shape
+            self._out = cupy.empty((n, H), cupy.float32)
+            KQ.moe_combine(self.y, self.weights, self.k, self._out, H, n)
+        return self._out
 
 
 class Product(Lazy):

@@ -21,7 +21,7 @@ import numpy as np
 import kernels.launch_qwen3_5 as KQ
 
 from .cupy_import import cupy
-from .cupy_lazy import Normed
+from .cupy_lazy import Combined, Normed
 from .cupy_weights import ExpertWeight, QExperts
 
 
@@ -232,13 +232,12 @@ class Qwen35Ops:
         k = experts.shape[1]
         M1 = gate_up.shape[1]
         I = M1 // 2
-        out = cupy.empty((n, H), cupy.float32)
         if n == 0:
-            return out
+            return cupy.empty((n, H), cupy.float32)
         routed, self._routed = self._routed, None
         given = experts
         experts = cupy.ascontiguousarray(experts, dtype=cupy.int32)
-        weights = self._q_f32(weights)
+        weights = cupy.ascontiguousarray(self._q_f32(weights))
         # one grouping for both products: it depends on the ids and the expert count only (made with
         # the routing where moe_route made these ids for this many experts)
         slots = None
@@ -254,10 +253,11 @@ class Qwen35Ops:
             self._product(down, experts, slots, act, I, True, y, prompt, early=True)
         else:  # SwiGLU folded into the down product's input (qmv) or a kernel of its own (moe_gemv)
             self._product(down, experts, slots, gu, M1, True, y, prompt, xm=1, x2=gu[:, I:], ldx2=M1, early=True)
-        if shared is None:
-            KQ.moe_combine(y, weights, k, out, H, n)
-        else:
-            s, lds = self._q_rows(shared, 2)
-            gt, ldg = self._q_rows(shared_gate, 2)
-            KQ.moe_combine(y, weights, k, out, H, n, s, lds, gt, ldg)
+        if shared is None:  # decode rows: the next product may sum it as it stages its input
+            combined = Combined(y, weights, k)
+            return combined if not prompt else combined.materialize()
+        out = cupy.empty((n, H), cupy.float32)
+        s, lds = self._q_rows(shared, 2)
+        gt, ldg = self._q_rows(shared_gate, 2)
+        KQ.moe_combine(y, weights, k, out, H, n, s, lds, gt, ldg)
         return out
