@@ -5,9 +5,9 @@ kernels apply as they load the heads; `rmsnorm` / `add_rmsnorm` of rows return `
 `Residual`) and `silu_mul` returns `SiluMul`, which the next quantized `linear` computes as it
 stages its input (qmv modes 2 and 1); a MoE layer's decode rows return `Combined`, which the next
 1-2 row product sums as it stages the following norm. Any other consumer materialises them, with
-the same arithmetic. This saves four launches a layer (five after a MoE). A 4-16 row product that feeds such a norm is a
-`Product` until then: where the next product splits its input once (qmv_xsplit), it writes that
-split as it reduces its rows, one launch fewer.
+the same arithmetic. This saves four launches a layer (five after a MoE). A 4-16 row product that
+feeds such a norm is a `Product` until then: where the next product splits its input once
+(qmv_xsplit), it writes that split as it reduces its rows, one launch fewer.
 """
 from __future__ import annotations
 
