@@ -317,8 +317,8 @@ class CupyBackend(AttentionOps, ChoiceOps, Qwen35Ops, DrafterOps):
     def add_rmsnorm(self, x, residual, w, eps: float):
         """(rmsnorm(x + residual) * w, x + residual), both pending until a product or an op needs them."""
         self._use()
-        normed = Normed(self, x if isinstance(x, (Product, Combined)) else self._rows2d(x), self._rows2d(residual), w,
-                        eps)
+        x = x if isinstance(x, (Product, Combined)) else self._rows2d(x)
+        normed = Normed(self, x, self._rows2d(residual), w, eps)
         return normed, Residual(normed)
 
     def silu_mul(self, gate, up):
