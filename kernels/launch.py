@@ -116,9 +116,8 @@ def qmv_combines(nrows: int, M: int, K: int, sms: int) -> bool:
     """Whether qmv's blocks sum the experts' combination as they stage a norm's input (`combine`, the XM 3
     builds): 1-2 rows (each block loads every expert row of its inputs), where the grid stages little
     (not an lm_head's) and runs 2 blocks an SM on `sms` SMs (at 3 the staging's rows spill)."""
-    P = qmv_split(M, K)[1]
-    return (nrows <= QMV_COMBINE_ROWS and -(-M // 128) * K < 3 << 18
-            and qmv_min_blocks(-(-M // 128) * P, sms) == 2)
+    mblocks, P = -(-M // 128), qmv_split(M, K)[1]
+    return nrows <= QMV_COMBINE_ROWS and mblocks * K < 3 << 18 and qmv_min_blocks(mblocks * P, sms) == 2
 
 
 def qmv(codes, sb, st: int, bits: int, group: int, M: int, K: int, x, ldx: int, y, nrows: int, xm: int = 0,
