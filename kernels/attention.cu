@@ -177,7 +177,8 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
     float* __restrict__ out) {
   extern __shared__ __align__(16) float sm[];
   __shared__ float m_s[16], l_s[16];
-  __shared__ i64 slot_s[ST][CHUNK];
+  __shared__ int slot_s[ST][CHUNK];
+  __shared__ i64 boff_s[ST][CHUNK];  // a key's byte offset in the cache (0, a valid address, past the row's end)
   __shared__ int flag_s;
   const int kh = blockIdx.x, row = blockIdx.y;  // blockIdx.z chunk-major: live chunks dispatch first
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
@@ -202,9 +203,14 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   float* nb = vsc_s + ST * CHUNK;                 // [2][D]: the row's new K and V heads
   const int* tab = tables + (i64)row * tw;
 
+  const i64 sbytes = (i64)KH * D * (KV8 ? 1 : 2);  // bytes of one cache slot (every kv head)
   auto slots = [&](int c, int s) {
     const int k0 = c * CHUNK, nk = min(CHUNK, L - k0);
-    if (tid < nk) slot_s[s][tid] = slot_of(tab, k0 + tid, pt);
+    if (tid < CHUNK) {
+      const int sl = tid < nk ? (int)slot_of(tab, k0 + tid, pt) : 0;
+      slot_s[s][tid] = sl;
+      boff_s[s][tid] = (i64)sl * sbytes;
+    }
   };
   // A chunk's 8-element pieces: thread tid takes piece w4 of keys j0, j0 + kpi, ... (kpi keys a pass
   // of 256 threads; threads past kpi * D/8 take none), so a pass costs no division. bf16 by cp.async
@@ -213,36 +219,42 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   constexpr int FP = CHUNK * 32 / 256;
   const int d8 = D / 8, kpi = 256 / d8, j0 = tid / d8, w4 = tid - j0 * d8;
   const bool piece = j0 < kpi;
-  const i64 srow = (i64)KH * (KV8 ? D / 4 : D / 2);  // words of one cache slot (every kv head)
-  const int soff = kh * (KV8 ? D / 4 : D / 2) + (KV8 ? 2 : 4) * w4;  // this thread's words in a slot
+  const int soff = (kh * D + 8 * w4) * (KV8 ? 1 : 2);  // this thread's bytes in a slot
+  const char* kb = (const char*)kc + soff;
+  const char* vb = (const char*)vc + soff;
   uint2 kw[KV8 ? FP : 1], vw[KV8 ? FP : 1];
   float kscr = 0.0f, vscr = 0.0f;  // fp8 scales of key tid: stored when the chunk lands, not before the barrier
   auto piece_at = [&](int s) { return tiles + s * 2 * CHUNK * PW + j0 * PW + 4 * w4; };  // stage s's K piece
+  // bf16 pieces by zero-filling copies (0 bytes read past nk) to a shared address advanced by a
+  // constant: no branch and no address rebuilt a piece.
   auto issue = [&](int c, int s) {
     const int nk = min(CHUNK, L - c * CHUNK);
     u32* kd = piece_at(s);
+    u32 ka = smem_addr(kd);
 #pragma unroll
     for (int i = 0; i < FP; ++i) {
       const int j = j0 + i * kpi;
       if (!piece || j >= CHUNK) break;
-      u32* vd = kd + CHUNK * PW;
-      if (j >= nk) {
-        *(uint4*)kd = make_uint4(0, 0, 0, 0);
-        *(uint4*)vd = make_uint4(0, 0, 0, 0);
-      } else if (KV8) {
-        const i64 off = slot_s[s][j] * srow + soff;
-        kw[i] = *(const uint2*)((const u32*)kc + off);
-        vw[i] = *(const uint2*)((const u32*)vc + off);
+      const i64 off = boff_s[s][j];
+      if (KV8) {
+        if (j >= nk) {
+          *(uint4*)kd = make_uint4(0, 0, 0, 0);
+          *(uint4*)(kd + CHUNK * PW) = make_uint4(0, 0, 0, 0);
+        } else {
+          kw[i] = *(const uint2*)(kb + off);
+          vw[i] = *(const uint2*)(vb + off);
+        }
+        kd += kpi * PW;
       } else {
-        const i64 off = slot_s[s][j] * srow + soff;
-        cp_async16(smem_addr(kd), (const u32*)kc + off);
-        cp_async16(smem_addr(vd), (const u32*)vc + off);
+        const int bytes = j < nk ? 16 : 0;
+        cp_async16z(ka, kb + off, bytes);
+        cp_async16z(ka + CHUNK * PW * 4, vb + off, bytes);
+        ka += kpi * PW * 4;
       }
-      kd += kpi * PW;
     }
     if (KV8 && tid < CHUNK) {  // zero past nk: their p are 0, and 0 times stale shared bits may be NaN
-      kscr = tid < nk ? ksc[slot_s[s][tid] * KH + kh] : 0.0f;
-      vscr = tid < nk ? vsc[slot_s[s][tid] * KH + kh] : 0.0f;
+      kscr = tid < nk ? ksc[(i64)slot_s[s][tid] * KH + kh] : 0.0f;
+      vscr = tid < nk ? vsc[(i64)slot_s[s][tid] * KH + kh] : 0.0f;
     }
     if (!KV8) cp_async_commit();
   };
@@ -296,13 +308,13 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
     if (writes && c == nvalid - 1) {  // the tile holds the old bits at pos: overwrite them with the new ones
       if (warp < 2) {
         const int j = pos - k0;
-        const i64 base = (slot_s[s][j] * KH + kh) * D;
+        const i64 sl = slot_s[s][j], base = (sl * KH + kh) * D;
         if (warp == 0)
           encode_head<KV8>(nb, D, KV8 ? (void*)((u8*)kc + base) : (void*)((u16*)kc + base), (u16*)(kt + j * PW),
-                           ksc + slot_s[s][j] * KH + kh, ksc_s + s * CHUNK + j, lane);
+                           ksc + sl * KH + kh, ksc_s + s * CHUNK + j, lane);
         else
           encode_head<KV8>(nb + D, D, KV8 ? (void*)((u8*)vc + base) : (void*)((u16*)vc + base),
-                           (u16*)(vt + j * PW), vsc + slot_s[s][j] * KH + kh, vsc_s + s * CHUNK + j, lane);
+                           (u16*)(vt + j * PW), vsc + sl * KH + kh, vsc_s + s * CHUNK + j, lane);
       }
       __syncthreads();
     }

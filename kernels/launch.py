@@ -401,10 +401,11 @@ def decode_stages(kv8: bool, G: int, D: int, units: int) -> int:
 @lru_cache(maxsize=None)
 def decode_resident(kv8: bool, G: int, D: int, st: int) -> int:
     """attn_decode blocks the device holds at once: its SMs x the blocks an SM fits (dynamic shared
-    memory plus 2 KB for what a block reserves and its static arrays; the kernel's launch bound)."""
+    memory, the 1 KB a block reserves and its static arrays: two slot tables of 12 bytes a key a stage
+    and 136 bytes; the kernel's launch bound)."""
     import cupy
     attrs = cupy.cuda.Device().attributes
-    per_sm = attrs["MaxSharedMemoryPerMultiprocessor"] // (decode_smem(kv8, G, D, st) + 2048)
+    per_sm = attrs["MaxSharedMemoryPerMultiprocessor"] // (decode_smem(kv8, G, D, st) + 1024 + st * CHUNK * 12 + 136)
     return attrs["MultiProcessorCount"] * max(1, min(3 if st == 1 else 2, per_sm))
 
 
