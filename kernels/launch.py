@@ -385,8 +385,8 @@ def decode_chunks(table_width: int, page_tokens: int) -> int:
 
 
 def decode_smem(kv8: bool, G: int, D: int, st: int = 1) -> int:
-    """Dynamic shared bytes of attn_decode: st stages of bf16 K and V tiles of a chunk (fp8 decoded
-    into them) and their fp8 scales, q, scores, new heads; pitches padded for conflict-free fragment
+    """Dynamic shared bytes of attn_decode: st stages of 16-bit K and V tiles of a chunk (bf16, or fp8
+    decoded to fp16) and their fp8 scales, q, scores, new heads; pitches padded for conflict-free fragment
     loads."""
     return (st * 2 * CHUNK * (D // 2 + 4) + G * (D + 8) + G * (CHUNK + 8) + st * 2 * CHUNK + 2 * D) * 4
 
@@ -402,10 +402,10 @@ def decode_stages(kv8: bool, G: int, D: int, units: int) -> int:
 def decode_resident(kv8: bool, G: int, D: int, st: int) -> int:
     """attn_decode blocks the device holds at once: its SMs x the blocks an SM fits (dynamic shared
     memory, the 1 KB a block reserves and its static arrays: two slot tables of 12 bytes a key a stage
-    and 136 bytes; the kernel's launch bound)."""
+    and 264 bytes; the kernel's launch bound)."""
     import cupy
     attrs = cupy.cuda.Device().attributes
-    per_sm = attrs["MaxSharedMemoryPerMultiprocessor"] // (decode_smem(kv8, G, D, st) + 1024 + st * CHUNK * 12 + 136)
+    per_sm = attrs["MaxSharedMemoryPerMultiprocessor"] // (decode_smem(kv8, G, D, st) + 1024 + st * CHUNK * 12 + 264)
     return attrs["MultiProcessorCount"] * max(1, min(3 if st == 1 else 2, per_sm))
 
 
