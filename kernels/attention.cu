@@ -216,9 +216,12 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   // runs just before), the wait comes first.
   const bool early = kn != nullptr;
   if (!early) PDL_ENTRY;
-  const int PW = D / 2 + 4, QP = D + 8, SP = CHUNK + 8;  // pitches: bf16 words of a key, floats of q and p
+  // A two-stage block walks several chunks: q's three 16-bit parts are made once, into [G][3][PW]
+  // words (conflict-free fragment reads). One-stage blocks take one chunk and keep q's floats.
+  constexpr bool QPARTS = ST == 2;
+  const int PW = D / 2 + 4, QP = QPARTS ? 3 * PW : D + 8, SP = CHUNK + 8;  // pitches: words of a key, of q, of p
   u32* tiles = (u32*)sm;                          // ST x {K, V} [CHUNK][PW] bf16 (fp8 as fp16: exact)
-  float* q_s = (float*)(tiles + ST * 2 * CHUNK * PW);  // [G][QP]
+  float* q_s = (float*)(tiles + ST * 2 * CHUNK * PW);  // [G][QP]: floats, or QPARTS' parts
   float* s_s = q_s + G * QP;                      // [G][SP]: scores, then probabilities
   float* ksc_s = s_s + G * SP;                    // [ST][CHUNK]
   float* vsc_s = ksc_s + ST * CHUNK;              // [ST][CHUNK]
@@ -306,7 +309,8 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   if (KV8) land(first, 0);  // before q's loads: the pieces' registers are free again
   const float2* rot = rope_row(cs, row, half);
   for (int g = warp; g < G; g += 8) {
-    float* qg = q_s + g * QP;
+    // QPARTS: the floats go first to stage 1's V tile, free until the loop's first barrier
+    float* qg = QPARTS ? (float*)(tiles + 3 * CHUNK * PW) + g * D : q_s + g * QP;
     load_head(qg, q, (i64)row * qs0 + (i64)(kh * G + g) * qs1, D, qnw, qeps, rot, half, lane);
     if (KV8) {
       __syncwarp();
@@ -315,6 +319,11 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
       const int k = pow2_into_f16(warp_max(amax));
       for (int d = lane; d < D; d += 32) qg[d] *= exp2i(k);
       if (lane == 0) qinv_s[g] = exp2i(-k);
+    }
+    if (QPARTS) {
+      __syncwarp();
+      u32* qw = (u32*)q_s + g * QP;
+      for (int w = lane; w < D / 2; w += 32) split3<KV8>(*(const float2*)(qg + 2 * w), qw[w], qw[PW + w], qw[2 * PW + w]);
     }
   }
   const bool writes = kn != nullptr && last == nvalid;  // this block holds the row's own position
@@ -358,11 +367,20 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
       float a[3][4] = {};
       const u32* k0p = kt + (16 * mt + g8) * PW + t4;
       const u32* k1p = k0p + 8 * PW;
-      const float* qp = q_s + min(hh, G - 1) * QP + 2 * t4;
+      const float* qp = q_s + min(hh, G - 1) * QP + (QPARTS ? t4 : 2 * t4);
       for (int ks = 0; ks < D / 16; ++ks) {
         u32 b[3][2];
-        split3<KV8>(hh < G ? *(const float2*)(qp + 16 * ks) : make_float2(0.0f, 0.0f), b[0][0], b[1][0], b[2][0]);
-        split3<KV8>(hh < G ? *(const float2*)(qp + 16 * ks + 8) : make_float2(0.0f, 0.0f), b[0][1], b[1][1], b[2][1]);
+        if (QPARTS) {
+          const u32* qw = (const u32*)qp + 8 * ks;
+#pragma unroll
+          for (int p = 0; p < 3; ++p) {
+            b[p][0] = hh < G ? qw[p * PW] : 0u;
+            b[p][1] = hh < G ? qw[p * PW + 4] : 0u;
+          }
+        } else {
+          split3<KV8>(hh < G ? *(const float2*)(qp + 16 * ks) : make_float2(0.0f, 0.0f), b[0][0], b[1][0], b[2][0]);
+          split3<KV8>(hh < G ? *(const float2*)(qp + 16 * ks + 8) : make_float2(0.0f, 0.0f), b[0][1], b[1][1], b[2][1]);
+        }
         const u32 t[4] = {k0p[8 * ks], k1p[8 * ks], k0p[8 * ks + 4], k1p[8 * ks + 4]};
         mma3<KV8>(a, t, b);
       }

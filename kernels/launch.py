@@ -386,9 +386,10 @@ def decode_chunks(table_width: int, page_tokens: int) -> int:
 
 def decode_smem(kv8: bool, G: int, D: int, st: int = 1) -> int:
     """Dynamic shared bytes of attn_decode: st stages of 16-bit K and V tiles of a chunk (bf16, or fp8
-    decoded to fp16) and their fp8 scales, q, scores, new heads; pitches padded for conflict-free fragment
-    loads."""
-    return (st * 2 * CHUNK * (D // 2 + 4) + G * (D + 8) + G * (CHUNK + 8) + st * 2 * CHUNK + 2 * D) * 4
+    decoded to fp16) and their fp8 scales, q (floats, or with two stages its three 16-bit parts), scores,
+    new heads; pitches padded for conflict-free fragment loads."""
+    q = G * (3 * (D // 2 + 4) if st == 2 else D + 8)
+    return (st * 2 * CHUNK * (D // 2 + 4) + q + G * (CHUNK + 8) + st * 2 * CHUNK + 2 * D) * 4
 
 
 def decode_stages(kv8: bool, G: int, D: int, units: int) -> int:
