@@ -198,7 +198,8 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
     float* __restrict__ out) {
   extern __shared__ __align__(16) float sm[];
   __shared__ float m_s[16], l_s[16];
-  __shared__ float qinv_s[16], fvinv_s[16];  // fp8: the powers of two that undo q's and the weights' scaling
+  __shared__ float qinv_s[16], fvinv_s[16];
+  __shared__ float nsc_s[2];  // fp8 scales of the row's new K and V  // fp8: the powers of two that undo q's and the weights' scaling
   __shared__ int slot_s[ST][CHUNK];
   __shared__ i64 boff_s[ST][CHUNK];  // a key's byte offset in the cache (0, a valid address, past the row's end)
   __shared__ int flag_s;
@@ -226,6 +227,7 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   float* ksc_s = s_s + G * SP;                    // [ST][CHUNK]
   float* vsc_s = ksc_s + ST * CHUNK;              // [ST][CHUNK]
   float* nb = vsc_s + ST * CHUNK;                 // [2][D]: the row's new K and V heads
+  u16* nt = (u16*)(nb + 2 * D);                   // [2][D]: them as tile values
   const int* tab = tables + (i64)row * tw;
 
   const i64 sbytes = (i64)KH * D * (KV8 ? 1 : 2);  // bytes of one cache slot (every kv head)
@@ -326,9 +328,19 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
       for (int w = lane; w < D / 2; w += 32) split3<KV8>(*(const float2*)(qg + 2 * w), qw[w], qw[PW + w], qw[2 * PW + w]);
     }
   }
-  const bool writes = kn != nullptr && last == nvalid;  // this block holds the row's own position
-  if (writes && warp == 0) load_head(nb, kn, (i64)row * ks0 + (i64)kh * ks1, D, knw, keps, rot, half, lane);
-  if (writes && warp == 1) load_head(nb + D, vn, (i64)row * vs0 + (i64)kh * vs1, D, nullptr, 0.0f, nullptr, 0, lane);
+  // The block holding the row's own position encodes its new K/V into the cache now, while its chunks
+  // load, and patches the tile when the last one has landed.
+  const bool writes = kn != nullptr && last == nvalid;
+  if (writes && warp < 2) {
+    float* b = nb + warp * D;
+    if (warp == 0) load_head(b, kn, (i64)row * ks0 + (i64)kh * ks1, D, knw, keps, rot, half, lane);
+    else load_head(b, vn, (i64)row * vs0 + (i64)kh * vs1, D, nullptr, 0.0f, nullptr, 0, lane);
+    __syncwarp();
+    const i64 sl = slot_of(tab, pos, pt), base = (sl * KH + kh) * D;
+    void* cache = warp == 0 ? kc : vc;
+    encode_head<KV8>(b, D, KV8 ? (void*)((u8*)cache + base) : (void*)((u16*)cache + base), nt + warp * D,
+                     (warp == 0 ? ksc : vsc) + sl * KH + kh, nsc_s + warp, lane);
+  }
   const int PD = D + 2, MT = D / 16;
 
   for (int c = first; c < last; ++c) {
@@ -346,17 +358,10 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
       else cp_async_wait<0>();
     }
     __syncthreads();
-    if (writes && c == nvalid - 1) {  // the tile holds the old bits at pos: overwrite them with the new ones
-      if (warp < 2) {
-        const int j = pos - k0;
-        const i64 sl = slot_s[s][j], base = (sl * KH + kh) * D;
-        if (warp == 0)
-          encode_head<KV8>(nb, D, KV8 ? (void*)((u8*)kc + base) : (void*)((u16*)kc + base), (u16*)(kt + j * PW),
-                           ksc + sl * KH + kh, ksc_s + s * CHUNK + j, lane);
-        else
-          encode_head<KV8>(nb + D, D, KV8 ? (void*)((u8*)vc + base) : (void*)((u16*)vc + base),
-                           (u16*)(vt + j * PW), vsc + sl * KH + kh, vsc_s + s * CHUNK + j, lane);
-      }
+    if (writes && c == nvalid - 1) {  // the tile holds the old bits at pos, or the new: the new ones over them
+      const int j = pos - k0, hw = D / 2;
+      if (tid < D) ((u32*)(tid < hw ? kt : vt) + j * PW)[tid % hw] = ((const u32*)nt)[tid];
+      if (KV8 && tid < 2) (tid == 0 ? ksc_s : vsc_s)[s * CHUNK + j] = nsc_s[tid];
       __syncthreads();
     }
 
