@@ -109,13 +109,14 @@ DEV int pow2_into_f16(float amax) {
 DEV uint4 fp8_piece(uint2 w) {
   uint4 o;
   asm("{ .reg .b16 a, b, c, d; mov.b32 {a, b}, %4; mov.b32 {c, d}, %5;\n\t"
-      "cvt.rn.f16x2.e4m3x2 %0, a; cvt.rn.f16x2.e4m3x2 %1, b; cvt.rn.f16x2.e4m3x2 %2, c; cvt.rn.f16x2.e4m3x2 %3, d; }"
+      "cvt.rn.f16x2.e4m3x2 %0, a; cvt.rn.f16x2.e4m3x2 %1, b;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %2, c; cvt.rn.f16x2.e4m3x2 %3, d; }"
       : "=r"(o.x), "=r"(o.y), "=r"(o.z), "=r"(o.w) : "r"(w.x), "r"(w.y));
   return o;
 }
 
-// One head vector b[0..D) encoded into a cache row: raw bits to dst (global), the value they
-// decode to to tile (shared: bf16, or fp16 for fp8, whose values are exact in it), the fp8 scale (amax / 448, 1 for
+// One head vector b[0..D) encoded into a cache row: raw bits to dst (global), the values they
+// decode to into tile (shared: bf16, or fp16 for fp8, exact in it), the fp8 scale (amax / 448, 1 for
 // a zero row) to *sdst and *stile. One warp.
 template <int KV8>
 DEV void encode_head(const float* b, int D, void* dst, u16* tile, float* sdst, float* stile, int lane) {
@@ -198,8 +199,8 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
     float* __restrict__ out) {
   extern __shared__ __align__(16) float sm[];
   __shared__ float m_s[16], l_s[16];
-  __shared__ float qinv_s[16], fvinv_s[16];
-  __shared__ float nsc_s[2];  // fp8 scales of the row's new K and V  // fp8: the powers of two that undo q's and the weights' scaling
+  __shared__ float qinv_s[16], fvinv_s[16];  // fp8: the powers of two that undo q's and the weights' scaling
+  __shared__ float nsc_s[2];                  // fp8 scales of the row's new K and V
   __shared__ int slot_s[ST][CHUNK];
   __shared__ i64 boff_s[ST][CHUNK];  // a key's byte offset in the cache (0, a valid address, past the row's end)
   __shared__ int flag_s;
@@ -325,7 +326,8 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
     if (QPARTS) {
       __syncwarp();
       u32* qw = (u32*)q_s + g * QP;
-      for (int w = lane; w < D / 2; w += 32) split3<KV8>(*(const float2*)(qg + 2 * w), qw[w], qw[PW + w], qw[2 * PW + w]);
+      for (int w = lane; w < D / 2; w += 32)
+        split3<KV8>(*(const float2*)(qg + 2 * w), qw[w], qw[PW + w], qw[2 * PW + w]);
     }
   }
   // The block holding the row's own position encodes its new K/V into the cache now, while its chunks
@@ -383,8 +385,11 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
             b[p][1] = hh < G ? qw[p * PW + 4] : 0u;
           }
         } else {
-          split3<KV8>(hh < G ? *(const float2*)(qp + 16 * ks) : make_float2(0.0f, 0.0f), b[0][0], b[1][0], b[2][0]);
-          split3<KV8>(hh < G ? *(const float2*)(qp + 16 * ks + 8) : make_float2(0.0f, 0.0f), b[0][1], b[1][1], b[2][1]);
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const float2 x = hh < G ? *(const float2*)(qp + 16 * ks + 8 * hf) : make_float2(0.0f, 0.0f);
+            split3<KV8>(x, b[0][hf], b[1][hf], b[2][hf]);
+          }
         }
         const u32 t[4] = {k0p[8 * ks], k1p[8 * ks], k0p[8 * ks + 4], k1p[8 * ks + 4]};
         mma3<KV8>(a, t, b);
@@ -394,7 +399,8 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
         const int j = 16 * mt + g8 + 8 * (e >> 1), h = 8 * nt + 2 * t4 + (e & 1);
         const float v = __fadd_rn(__fadd_rn(a[0][e], a[1][e]), a[2][e]);
         if (h < G)
-          s_s[h * SP + j] = j < nk ? (KV8 ? v * qinv_s[h] * ksc_s[s * CHUNK + j] : v) * scale : -__int_as_float(0x7f800000);
+          s_s[h * SP + j] =
+              j < nk ? (KV8 ? v * qinv_s[h] * ksc_s[s * CHUNK + j] : v) * scale : -__int_as_float(0x7f800000);
       }
     }
     __syncthreads();
