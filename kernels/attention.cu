@@ -56,12 +56,10 @@ __global__ void __launch_bounds__(64) kv_write(const float* __restrict__ k, i64 
 // empty ones (the grid is sized for the longest context a captured graph may see). A block takes a
 // run of CHUNK-key chunks of one row (one chunk at short contexts; a power of two of a group's chunks
 // when the row's chunks outnumber the blocks the GPU wants, chunks_per_block) for the G query heads of
-// one kv head: q is loaded once, each chunk's K and V come into shared memory as 16-bit tiles (bf16
-// by cp.async; fp8 decoded on the way to fp16, exactly; with two stages the next chunk loads during
-// this one's products), then the scores and the weighted values run on tensor cores (warp tiles of
-// 16 keys or dims by 8 heads), the softmax one warp a head. fp16's products need operands in its
-// range: fp8's q (per head) and value weights (per head and chunk) are scaled by powers of two and
-// the sums scaled back, which changes no bits. With kn given, the block whose chunk holds the
+// one kv head: q is loaded once, each chunk's K and V come into shared memory as bf16 tiles (by
+// cp.async; fp8 decoded on the way, exactly; with two stages the next chunk loads during this one's
+// products), then the scores and the weighted values run on tensor cores (warp tiles of 16 keys or
+// dims by 8 heads), the softmax one warp a head. With kn given, the block whose chunk holds the
 // row's own position first writes that position's K/V (norm + RoPE + encoding, as kv_write) to the
 // cache and into its tile, so no separate write kernel runs.
 // Partials (max, sum, unnormalised out) are a chunk's own, whichever block computes it, and merge in a
@@ -71,52 +69,32 @@ __global__ void __launch_bounds__(64) kv_write(const float* __restrict__ k, i64 
 // part: [n, H, nch, D + 2]; gpart: [n, H, ngroups, D + 2]; counters [n * KH * (ngroups + 1)], zero.
 
 
-// Two floats as three 16-bit pairs, bf16 or (F16) fp16, whose sum holds 24 bits of mantissa (bf16)
-// or 33 (fp16, for values inside its range): their products with 16-bit operands, summed in fp32,
-// are fp32's.
-template <int F16>
+// Two floats as three bf16x2 parts (h + m + l holds 24 bits of mantissa: their products with bf16
+// operands, summed in fp32, are fp32's).
 DEV void split3(float2 v, u32& h, u32& m, u32& l) {
-  auto pack = [](float a, float b) { return F16 ? f16x2(a, b) : pack_bf16x2(a, b); };
-  auto lo = [](u32 w) { return F16 ? f16_to_f32(w) : bf16_to_f32(w); };
-  auto hi = [](u32 w) { return F16 ? f16_to_f32(w >> 16) : bf16_to_f32(w >> 16); };
-  h = pack(v.x, v.y);
-  const float rx = __fsub_rn(v.x, lo(h)), ry = __fsub_rn(v.y, hi(h));
-  m = pack(rx, ry);
-  l = pack(__fsub_rn(rx, lo(m)), __fsub_rn(ry, hi(m)));
+  h = pack_bf16x2(v.x, v.y);
+  const float rx = __fsub_rn(v.x, bf16_to_f32(h)), ry = __fsub_rn(v.y, bf16_to_f32(h >> 16));
+  m = pack_bf16x2(rx, ry);
+  l = pack_bf16x2(__fsub_rn(rx, bf16_to_f32(m)), __fsub_rn(ry, bf16_to_f32(m >> 16)));
 }
 
-// The three products of a split3 operand: fp16 MMAs for fp8 tiles, bf16 ones for bf16 tiles.
-template <int F16>
-DEV void mma3(float (*a)[4], const u32* t, const u32 (*b)[2]) {
-#pragma unroll
-  for (int p = 0; p < 3; ++p) {
-    if (F16) mma_f16(a[p], t[0], t[1], t[2], t[3], b[p][0], b[p][1]);
-    else mma_bf16(a[p], t[0], t[1], t[2], t[3], b[p][0], b[p][1]);
-  }
-}
-
-// 2^k for k in [-126, 126].
-DEV float exp2i(int k) { return __uint_as_float((u32)(k + 127) << 23); }
-
-// The k for which 2^k takes a set's largest magnitude amax into [2^12, 2^13): inside fp16's range,
-// with 33 bits across split3's parts (0 for a zero set; clamped so 2^k and 2^-k are normal floats).
-DEV int pow2_into_f16(float amax) {
-  const int e = (int)((__float_as_uint(amax) >> 23) & 0xffu) - 127;
-  return amax > 0.0f ? min(max(12 - e, -126), 126) : 0;
-}
-
-// 8 fp8 K/V elements (2 words) as fp16 (4 words): e4m3 values are exact in fp16.
+// 8 fp8 K/V elements (2 words) as bf16 (4 words): e4m3 values are exact in bf16.
 DEV uint4 fp8_piece(uint2 w) {
-  uint4 o;
-  asm("{ .reg .b16 a, b, c, d; mov.b32 {a, b}, %4; mov.b32 {c, d}, %5;\n\t"
-      "cvt.rn.f16x2.e4m3x2 %0, a; cvt.rn.f16x2.e4m3x2 %1, b;\n\t"
-      "cvt.rn.f16x2.e4m3x2 %2, c; cvt.rn.f16x2.e4m3x2 %3, d; }"
-      : "=r"(o.x), "=r"(o.y), "=r"(o.z), "=r"(o.w) : "r"(w.x), "r"(w.y));
-  return o;
+  const u32 ws[2] = {w.x, w.y};
+  u32 out[4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    u32 lo, hi;
+    asm("{ .reg .b16 a, b; mov.b32 {a, b}, %2; cvt.rn.f16x2.e4m3x2 %0, a; cvt.rn.f16x2.e4m3x2 %1, b; }"
+        : "=r"(lo), "=r"(hi) : "r"(ws[i]));
+    out[2 * i] = pack_bf16x2(f16_to_f32(lo), f16_to_f32(lo >> 16));
+    out[2 * i + 1] = pack_bf16x2(f16_to_f32(hi), f16_to_f32(hi >> 16));
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-// One head vector b[0..D) encoded into a cache row: raw bits to dst (global), the values they
-// decode to into tile (shared: bf16, or fp16 for fp8, exact in it), the fp8 scale (amax / 448, 1 for
+// One head vector b[0..D) encoded into a cache row: raw bits to dst (global), the value they
+// decode to as bf16 to tile (shared; fp8 values are exact in bf16), the fp8 scale (amax / 448, 1 for
 // a zero row) to *sdst and *stile. One warp.
 template <int KV8>
 DEV void encode_head(const float* b, int D, void* dst, u16* tile, float* sdst, float* stile, int lane) {
@@ -128,7 +106,7 @@ DEV void encode_head(const float* b, int D, void* dst, u16* tile, float* sdst, f
     for (int d = lane; d < D; d += 32) {
       const u8 c = f32_to_fp8(__fdiv_rn(b[d], scale));
       ((u8*)dst)[d] = c;
-      tile[d] = (u16)f16x2(fp8_to_f32(c), 0.0f);
+      tile[d] = f32_to_bf16(fp8_to_f32(c));
     }
     if (lane == 0) { *sdst = scale; *stile = scale; }
   } else {
@@ -199,10 +177,7 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
     float* __restrict__ out) {
   extern __shared__ __align__(16) float sm[];
   __shared__ float m_s[16], l_s[16];
-  __shared__ float qinv_s[16], fvinv_s[16];  // fp8: the powers of two that undo q's and the weights' scaling
-  __shared__ float nsc_s[2];                  // fp8 scales of the row's new K and V
-  __shared__ int slot_s[ST][CHUNK];
-  __shared__ i64 boff_s[ST][CHUNK];  // a key's byte offset in the cache (0, a valid address, past the row's end)
+  __shared__ i64 slot_s[ST][CHUNK];
   __shared__ int flag_s;
   const int kh = blockIdx.x, row = blockIdx.y;  // blockIdx.z chunk-major: live chunks dispatch first
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
@@ -218,27 +193,18 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   // runs just before), the wait comes first.
   const bool early = kn != nullptr;
   if (!early) PDL_ENTRY;
-  // A two-stage block walks several chunks: q's three 16-bit parts are made once, into [G][3][PW]
-  // words (conflict-free fragment reads). One-stage blocks take one chunk and keep q's floats.
-  constexpr bool QPARTS = ST == 2;
-  const int PW = D / 2 + 4, QP = QPARTS ? 3 * PW : D + 8, SP = CHUNK + 8;  // pitches: words of a key, of q, of p
-  u32* tiles = (u32*)sm;                          // ST x {K, V} [CHUNK][PW] bf16 (fp8 as fp16: exact)
-  float* q_s = (float*)(tiles + ST * 2 * CHUNK * PW);  // [G][QP]: floats, or QPARTS' parts
+  const int PW = D / 2 + 4, QP = D + 8, SP = CHUNK + 8;  // pitches: bf16 words of a key, floats of q and p
+  u32* tiles = (u32*)sm;                          // ST x {K, V} [CHUNK][PW] bf16 (fp8 decoded: exact)
+  float* q_s = (float*)(tiles + ST * 2 * CHUNK * PW);  // [G][QP]
   float* s_s = q_s + G * QP;                      // [G][SP]: scores, then probabilities
   float* ksc_s = s_s + G * SP;                    // [ST][CHUNK]
   float* vsc_s = ksc_s + ST * CHUNK;              // [ST][CHUNK]
   float* nb = vsc_s + ST * CHUNK;                 // [2][D]: the row's new K and V heads
-  u16* nt = (u16*)(nb + 2 * D);                   // [2][D]: them as tile values
   const int* tab = tables + (i64)row * tw;
 
-  const i64 sbytes = (i64)KH * D * (KV8 ? 1 : 2);  // bytes of one cache slot (every kv head)
   auto slots = [&](int c, int s) {
     const int k0 = c * CHUNK, nk = min(CHUNK, L - k0);
-    if (tid < CHUNK) {
-      const int sl = tid < nk ? (int)slot_of(tab, k0 + tid, pt) : 0;
-      slot_s[s][tid] = sl;
-      boff_s[s][tid] = (i64)sl * sbytes;
-    }
+    if (tid < nk) slot_s[s][tid] = slot_of(tab, k0 + tid, pt);
   };
   // A chunk's 8-element pieces: thread tid takes piece w4 of keys j0, j0 + kpi, ... (kpi keys a pass
   // of 256 threads; threads past kpi * D/8 take none), so a pass costs no division. bf16 by cp.async
@@ -247,42 +213,36 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   constexpr int FP = CHUNK * 32 / 256;
   const int d8 = D / 8, kpi = 256 / d8, j0 = tid / d8, w4 = tid - j0 * d8;
   const bool piece = j0 < kpi;
-  const int soff = (kh * D + 8 * w4) * (KV8 ? 1 : 2);  // this thread's bytes in a slot
-  const char* kb = (const char*)kc + soff;
-  const char* vb = (const char*)vc + soff;
+  const i64 srow = (i64)KH * (KV8 ? D / 4 : D / 2);  // words of one cache slot (every kv head)
+  const int soff = kh * (KV8 ? D / 4 : D / 2) + (KV8 ? 2 : 4) * w4;  // this thread's words in a slot
   uint2 kw[KV8 ? FP : 1], vw[KV8 ? FP : 1];
   float kscr = 0.0f, vscr = 0.0f;  // fp8 scales of key tid: stored when the chunk lands, not before the barrier
   auto piece_at = [&](int s) { return tiles + s * 2 * CHUNK * PW + j0 * PW + 4 * w4; };  // stage s's K piece
-  // bf16 pieces by zero-filling copies (0 bytes read past nk) to a shared address advanced by a
-  // constant: no branch and no address rebuilt a piece.
   auto issue = [&](int c, int s) {
     const int nk = min(CHUNK, L - c * CHUNK);
     u32* kd = piece_at(s);
-    u32 ka = smem_addr(kd);
 #pragma unroll
     for (int i = 0; i < FP; ++i) {
       const int j = j0 + i * kpi;
       if (!piece || j >= CHUNK) break;
-      const i64 off = boff_s[s][j];
-      if (KV8) {
-        if (j >= nk) {
-          *(uint4*)kd = make_uint4(0, 0, 0, 0);
-          *(uint4*)(kd + CHUNK * PW) = make_uint4(0, 0, 0, 0);
-        } else {
-          kw[i] = *(const uint2*)(kb + off);
-          vw[i] = *(const uint2*)(vb + off);
-        }
-        kd += kpi * PW;
+      u32* vd = kd + CHUNK * PW;
+      if (j >= nk) {
+        *(uint4*)kd = make_uint4(0, 0, 0, 0);
+        *(uint4*)vd = make_uint4(0, 0, 0, 0);
+      } else if (KV8) {
+        const i64 off = slot_s[s][j] * srow + soff;
+        kw[i] = *(const uint2*)((const u32*)kc + off);
+        vw[i] = *(const uint2*)((const u32*)vc + off);
       } else {
-        const int bytes = j < nk ? 16 : 0;
-        cp_async16z(ka, kb + off, bytes);
-        cp_async16z(ka + CHUNK * PW * 4, vb + off, bytes);
-        ka += kpi * PW * 4;
+        const i64 off = slot_s[s][j] * srow + soff;
+        cp_async16(smem_addr(kd), (const u32*)kc + off);
+        cp_async16(smem_addr(vd), (const u32*)vc + off);
       }
+      kd += kpi * PW;
     }
     if (KV8 && tid < CHUNK) {  // zero past nk: their p are 0, and 0 times stale shared bits may be NaN
-      kscr = tid < nk ? ksc[(i64)slot_s[s][tid] * KH + kh] : 0.0f;
-      vscr = tid < nk ? vsc[(i64)slot_s[s][tid] * KH + kh] : 0.0f;
+      kscr = tid < nk ? ksc[slot_s[s][tid] * KH + kh] : 0.0f;
+      vscr = tid < nk ? vsc[slot_s[s][tid] * KH + kh] : 0.0f;
     }
     if (!KV8) cp_async_commit();
   };
@@ -311,38 +271,11 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
   if (early) PDL_ENTRY;  // q and the new K/V come from the kernel before
   if (KV8) land(first, 0);  // before q's loads: the pieces' registers are free again
   const float2* rot = rope_row(cs, row, half);
-  for (int g = warp; g < G; g += 8) {
-    // QPARTS: the floats go first to stage 1's V tile, free until the loop's first barrier
-    float* qg = QPARTS ? (float*)(tiles + 3 * CHUNK * PW) + g * D : q_s + g * QP;
-    load_head(qg, q, (i64)row * qs0 + (i64)(kh * G + g) * qs1, D, qnw, qeps, rot, half, lane);
-    if (KV8) {
-      __syncwarp();
-      float amax = 0.0f;
-      for (int d = lane; d < D; d += 32) amax = fmaxf(amax, fabsf(qg[d]));
-      const int k = pow2_into_f16(warp_max(amax));
-      for (int d = lane; d < D; d += 32) qg[d] *= exp2i(k);
-      if (lane == 0) qinv_s[g] = exp2i(-k);
-    }
-    if (QPARTS) {
-      __syncwarp();
-      u32* qw = (u32*)q_s + g * QP;
-      for (int w = lane; w < D / 2; w += 32)
-        split3<KV8>(*(const float2*)(qg + 2 * w), qw[w], qw[PW + w], qw[2 * PW + w]);
-    }
-  }
-  // The block holding the row's own position encodes its new K/V into the cache now, while its chunks
-  // load, and patches the tile when the last one has landed.
-  const bool writes = kn != nullptr && last == nvalid;
-  if (writes && warp < 2) {
-    float* b = nb + warp * D;
-    if (warp == 0) load_head(b, kn, (i64)row * ks0 + (i64)kh * ks1, D, knw, keps, rot, half, lane);
-    else load_head(b, vn, (i64)row * vs0 + (i64)kh * vs1, D, nullptr, 0.0f, nullptr, 0, lane);
-    __syncwarp();
-    const i64 sl = slot_of(tab, pos, pt), base = (sl * KH + kh) * D;
-    void* cache = warp == 0 ? kc : vc;
-    encode_head<KV8>(b, D, KV8 ? (void*)((u8*)cache + base) : (void*)((u16*)cache + base), nt + warp * D,
-                     (warp == 0 ? ksc : vsc) + sl * KH + kh, nsc_s + warp, lane);
-  }
+  for (int g = warp; g < G; g += 8)
+    load_head(q_s + g * QP, q, (i64)row * qs0 + (i64)(kh * G + g) * qs1, D, qnw, qeps, rot, half, lane);
+  const bool writes = kn != nullptr && last == nvalid;  // this block holds the row's own position
+  if (writes && warp == 0) load_head(nb, kn, (i64)row * ks0 + (i64)kh * ks1, D, knw, keps, rot, half, lane);
+  if (writes && warp == 1) load_head(nb + D, vn, (i64)row * vs0 + (i64)kh * vs1, D, nullptr, 0.0f, nullptr, 0, lane);
   const int PD = D + 2, MT = D / 16;
 
   for (int c = first; c < last; ++c) {
@@ -360,75 +293,62 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
       else cp_async_wait<0>();
     }
     __syncthreads();
-    if (writes && c == nvalid - 1) {  // the tile holds the old bits at pos, or the new: the new ones over them
-      const int j = pos - k0, hw = D / 2;
-      if (tid < D) ((u32*)(tid < hw ? kt : vt) + j * PW)[tid % hw] = ((const u32*)nt)[tid];
-      if (KV8 && tid < 2) (tid == 0 ? ksc_s : vsc_s)[s * CHUNK + j] = nsc_s[tid];
+    if (writes && c == nvalid - 1) {  // the tile holds the old bits at pos: overwrite them with the new ones
+      if (warp < 2) {
+        const int j = pos - k0;
+        const i64 base = (slot_s[s][j] * KH + kh) * D;
+        if (warp == 0)
+          encode_head<KV8>(nb, D, KV8 ? (void*)((u8*)kc + base) : (void*)((u16*)kc + base), (u16*)(kt + j * PW),
+                           ksc + slot_s[s][j] * KH + kh, ksc_s + s * CHUNK + j, lane);
+        else
+          encode_head<KV8>(nb + D, D, KV8 ? (void*)((u8*)vc + base) : (void*)((u16*)vc + base),
+                           (u16*)(vt + j * PW), vsc + slot_s[s][j] * KH + kh, vsc_s + s * CHUNK + j, lane);
+      }
       __syncthreads();
     }
 
-    // --- scores on tensor cores: warp (16 keys, 8 heads), q in three 16-bit parts (fp32's products),
-    // the parts' sums added in one order ---
+    // --- scores on tensor cores: warp (16 keys, 8 heads), q in three bf16 parts (24 bits: fp32's
+    // products), the parts' sums added in one order ---
     if (warp < 4 * NT) {
       const int mt = warp & 3, nt = warp >> 2, hh = 8 * nt + g8;
       float a[3][4] = {};
       const u32* k0p = kt + (16 * mt + g8) * PW + t4;
       const u32* k1p = k0p + 8 * PW;
-      const float* qp = q_s + min(hh, G - 1) * QP + (QPARTS ? t4 : 2 * t4);
+      const float* qp = q_s + min(hh, G - 1) * QP + 2 * t4;
       for (int ks = 0; ks < D / 16; ++ks) {
         u32 b[3][2];
-        if (QPARTS) {
-          const u32* qw = (const u32*)qp + 8 * ks;
+        split3(hh < G ? *(const float2*)(qp + 16 * ks) : make_float2(0.0f, 0.0f), b[0][0], b[1][0], b[2][0]);
+        split3(hh < G ? *(const float2*)(qp + 16 * ks + 8) : make_float2(0.0f, 0.0f), b[0][1], b[1][1], b[2][1]);
+        const u32 a0 = k0p[8 * ks], a1 = k1p[8 * ks], a2 = k0p[8 * ks + 4], a3 = k1p[8 * ks + 4];
 #pragma unroll
-          for (int p = 0; p < 3; ++p) {
-            b[p][0] = hh < G ? qw[p * PW] : 0u;
-            b[p][1] = hh < G ? qw[p * PW + 4] : 0u;
-          }
-        } else {
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const float2 x = hh < G ? *(const float2*)(qp + 16 * ks + 8 * hf) : make_float2(0.0f, 0.0f);
-            split3<KV8>(x, b[0][hf], b[1][hf], b[2][hf]);
-          }
-        }
-        const u32 t[4] = {k0p[8 * ks], k1p[8 * ks], k0p[8 * ks + 4], k1p[8 * ks + 4]};
-        mma3<KV8>(a, t, b);
+        for (int p = 0; p < 3; ++p) mma_bf16(a[p], a0, a1, a2, a3, b[p][0], b[p][1]);
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int j = 16 * mt + g8 + 8 * (e >> 1), h = 8 * nt + 2 * t4 + (e & 1);
         const float v = __fadd_rn(__fadd_rn(a[0][e], a[1][e]), a[2][e]);
         if (h < G)
-          s_s[h * SP + j] =
-              j < nk ? (KV8 ? v * qinv_s[h] * ksc_s[s * CHUNK + j] : v) * scale : -__int_as_float(0x7f800000);
+          s_s[h * SP + j] = j < nk ? (KV8 ? v * ksc_s[s * CHUNK + j] : v) * scale : -__int_as_float(0x7f800000);
       }
     }
     __syncthreads();
-    // --- softmax statistics of the chunk, one warp per head; fp8's value weights p x (key's scale),
-    // scaled into fp16's range, made here once rather than in every value task ---
+    // --- softmax statistics of the chunk, one warp per head ---
     for (int g = warp; g < G; g += 8) {
       float m = -__int_as_float(0x7f800000);
       for (int j = lane; j < nk; j += 32) m = fmaxf(m, s_s[g * SP + j]);
       m = warp_max(m);
-      float l = 0.0f, wmax = 0.0f;
+      float l = 0.0f;
       for (int j = lane; j < CHUNK; j += 32) {
         const float p = j < nk ? expf(s_s[g * SP + j] - m) : 0.0f;
-        const float w = KV8 ? p * vsc_s[s * CHUNK + j] : p;
-        s_s[g * SP + j] = w;
+        s_s[g * SP + j] = p;
         l += p;
-        wmax = fmaxf(wmax, w);
       }
       l = warp_sum(l);
-      if (KV8) {
-        const int k = pow2_into_f16(warp_max(wmax));
-        for (int j = lane; j < CHUNK; j += 32) s_s[g * SP + j] *= exp2i(k);
-        if (lane == 0) fvinv_s[g] = exp2i(-k);
-      }
       if (lane == 0) { m_s[g] = m; l_s[g] = l; }
     }
     __syncthreads();
     // --- weighted values on tensor cores: warp task (16 dims, 8 heads) over the chunk's keys, V^T by
-    // ldmatrix.trans, the weights in three 16-bit parts ---
+    // ldmatrix.trans, p (times the fp8 scales) in three bf16 parts ---
     for (int task = warp; task < MT * NT; task += 8) {
       const int mt = task % MT, nt = task / MT, hh = 8 * nt + g8;
       float a[3][4] = {};
@@ -440,16 +360,19 @@ __global__ void __launch_bounds__(256, ST == 1 ? 3 : 2) attn_decode(
         ldsm4t(av, vrow + 16 * ks * PW);
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-          const float2 p = hh < G ? *(const float2*)(pp + 16 * ks + 8 * hf) : make_float2(0.0f, 0.0f);
-          split3<KV8>(p, b[0][hf], b[1][hf], b[2][hf]);
+          const int j = 16 * ks + 8 * hf + 2 * t4;
+          float2 p = hh < G ? *(const float2*)(pp + 16 * ks + 8 * hf) : make_float2(0.0f, 0.0f);
+          if (KV8) p = make_float2(p.x * vsc_s[s * CHUNK + j], p.y * vsc_s[s * CHUNK + j + 1]);
+          split3(p, b[0][hf], b[1][hf], b[2][hf]);
         }
-        mma3<KV8>(a, av, b);
+#pragma unroll
+        for (int p = 0; p < 3; ++p) mma_bf16(a[p], av[0], av[1], av[2], av[3], b[p][0], b[p][1]);
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int d = 16 * mt + g8 + 8 * (e >> 1), h = 8 * nt + 2 * t4 + (e & 1);
         if (h >= G) continue;
-        const float o = __fadd_rn(__fadd_rn(a[0][e], a[1][e]), a[2][e]) * (KV8 ? fvinv_s[h] : 1.0f);
+        const float o = __fadd_rn(__fadd_rn(a[0][e], a[1][e]), a[2][e]);
         const i64 hrow = (i64)row * H + kh * G + h;
         if (nvalid == 1) out[hrow * D + d] = o / l_s[h];
         else part[(hrow * nch + c) * PD + d] = o;

@@ -385,11 +385,10 @@ def decode_chunks(table_width: int, page_tokens: int) -> int:
 
 
 def decode_smem(kv8: bool, G: int, D: int, st: int = 1) -> int:
-    """Dynamic shared bytes of attn_decode: st stages of 16-bit K and V tiles of a chunk (bf16, or fp8
-    decoded to fp16) and their fp8 scales, q (floats, or with two stages its three 16-bit parts), scores,
-    the new heads (floats and tile values); pitches padded for conflict-free fragment loads."""
-    q = G * (3 * (D // 2 + 4) if st == 2 else D + 8)
-    return (st * 2 * CHUNK * (D // 2 + 4) + q + G * (CHUNK + 8) + st * 2 * CHUNK + 3 * D) * 4
+    """Dynamic shared bytes of attn_decode: st stages of bf16 K and V tiles of a chunk (fp8 decoded
+    into them) and their fp8 scales, q, scores, new heads; pitches padded for conflict-free fragment
+    loads."""
+    return (st * 2 * CHUNK * (D // 2 + 4) + G * (D + 8) + G * (CHUNK + 8) + st * 2 * CHUNK + 2 * D) * 4
 
 
 def decode_stages(kv8: bool, G: int, D: int, units: int) -> int:
@@ -402,11 +401,10 @@ def decode_stages(kv8: bool, G: int, D: int, units: int) -> int:
 @lru_cache(maxsize=None)
 def decode_resident(kv8: bool, G: int, D: int, st: int) -> int:
     """attn_decode blocks the device holds at once: its SMs x the blocks an SM fits (dynamic shared
-    memory, the 1 KB a block reserves and its static arrays, at most 12 bytes a key a stage and 272
-    bytes; the kernel's launch bound)."""
+    memory plus 2 KB for what a block reserves and its static arrays; the kernel's launch bound)."""
     import cupy
     attrs = cupy.cuda.Device().attributes
-    per_sm = attrs["MaxSharedMemoryPerMultiprocessor"] // (decode_smem(kv8, G, D, st) + 1024 + st * CHUNK * 12 + 272)
+    per_sm = attrs["MaxSharedMemoryPerMultiprocessor"] // (decode_smem(kv8, G, D, st) + 2048)
     return attrs["MultiProcessorCount"] * max(1, min(3 if st == 1 else 2, per_sm))
 
 
